@@ -1,0 +1,60 @@
+# cli-proxy: `make run` and `make test` do all set-up on a fresh machine.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-stamp
+HOST   ?= 127.0.0.1
+PORT   ?= 8080
+ARGS   ?=
+# Real CLIs for `make fixtures` / `make test-real`, installed project-locally from npm.
+CLI_DIR        ?= .cli
+CLAUDE_VERSION ?= 2.1.197
+GEMINI_VERSION ?= 0.61.0
+
+.PHONY: help venv run test test-real lint check bench fixtures real-clis clean
+
+help:
+	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
+	@echo "make test      run the test suite"
+	@echo "make lint      ruff + mypy --strict"
+	@echo "make bench     benchmarks -> bench/results.json"
+	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install --quiet --upgrade pip
+	$(PY) -m pip install --quiet -e '.[dev]'
+	touch $(STAMP)
+
+venv: $(STAMP)
+
+run: $(STAMP)
+	$(VENV)/bin/cli-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
+
+test: $(STAMP)
+	$(VENV)/bin/pytest -q -p no:cacheprovider
+
+lint: $(STAMP)
+	$(VENV)/bin/ruff check cli_proxy tests bench scripts
+	$(VENV)/bin/ruff format --check cli_proxy tests bench scripts
+	$(VENV)/bin/mypy --strict cli_proxy
+
+check: lint test
+
+bench: $(STAMP)
+	$(PY) bench/run.py
+
+real-clis: $(CLI_DIR)/node_modules/.bin/claude
+
+$(CLI_DIR)/node_modules/.bin/claude:
+	npm install --silent --no-audit --no-fund --prefix $(CLI_DIR) \
+		@anthropic-ai/claude-code@$(CLAUDE_VERSION) @google/gemini-cli@$(GEMINI_VERSION)
+
+test-real: $(STAMP) real-clis
+	CLI_PROXY_REAL_CLI_DIR=$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -m realcli
+
+fixtures: $(STAMP) real-clis
+	$(PY) scripts/record_fixtures.py --cli-dir $(CLI_DIR)/node_modules/.bin --out fixtures
+
+clean:
+	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache

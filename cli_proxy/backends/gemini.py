@@ -1,0 +1,93 @@
+"""Gemini CLI: ``gemini --output-format stream-json``."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any
+
+from ..events import CliEvent, Failure, TextDelta, UsageReport
+from .base import CallOptions, classify_failure, exit_failure, load_json_line, scrub_env, split_command
+
+
+class GeminiBackend:
+    name = "gemini"
+
+    def __init__(self, command: str = "gemini", drop_env: frozenset[str] = frozenset()) -> None:
+        self.command = split_command(command)
+        self.drop_env = drop_env
+
+    def argv(self, options: CallOptions) -> list[str]:
+        return [*self.command, "--output-format", "stream-json", "--model", options.model]
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        return scrub_env(base, self.drop_env)
+
+    def new_parser(self) -> GeminiParser:
+        return GeminiParser()
+
+
+class GeminiParser:
+    """Reads init/message/result/error lines; user-role messages are prompt echoes."""
+
+    def __init__(self) -> None:
+        self._text_seen = False
+        self._failed = False
+
+    def feed(self, line: bytes) -> list[CliEvent]:
+        obj = load_json_line(line)
+        if obj is None:
+            return []
+        kind = obj.get("type")
+        if kind == "message" and obj.get("role") == "assistant":
+            content = obj.get("content")
+            if isinstance(content, str) and content:
+                self._text_seen = True
+                return [TextDelta(content)]
+            return []
+        if kind == "result":
+            return self._result(obj)
+        if kind == "error" and obj.get("severity", "error") == "error":
+            return self._fail(_message(obj))
+        return []
+
+    def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
+        events: list[CliEvent] = []
+        stats = obj.get("stats")
+        if isinstance(stats, dict):
+            events.append(
+                UsageReport(_int(stats.get("input_tokens")), _int(stats.get("output_tokens")))
+            )
+        if obj.get("status") not in (None, "success"):
+            events.extend(self._fail(_message(obj)))
+        return events
+
+    def _fail(self, message: str) -> list[CliEvent]:
+        if self._failed:
+            return []
+        self._failed = True
+        return [classify_failure(message)]
+
+    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
+        if self._failed:
+            return []
+        if exit_code != 0:
+            return [exit_failure(exit_code, stderr, "gemini")]
+        if not self._text_seen:
+            return [Failure(502, "gemini finished without an answer", "empty_answer")]
+        return []
+
+
+def _message(obj: dict[str, Any]) -> str:
+    err = obj.get("error")
+    if isinstance(err, dict):
+        msg = err.get("message")
+        if isinstance(msg, str) and msg:
+            return msg
+    if isinstance(err, str) and err:
+        return err
+    msg = obj.get("message")
+    return msg if isinstance(msg, str) and msg else "gemini reported an error"
+
+
+def _int(value: Any) -> int:
+    return value if isinstance(value, int) else 0

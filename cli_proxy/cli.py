@@ -1,0 +1,136 @@
+"""``cli-proxy serve``: start the gateway."""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import shutil
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+from . import __version__
+from .backends.base import split_command
+from .config import Settings
+from .gateway import Gateway, PlanSource, live_backends
+from .logs import configure, log
+from .server import create_app
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="cli-proxy", description=__doc__)
+    p.add_argument("--version", action="version", version=f"cli-proxy {__version__}")
+    sub = p.add_subparsers(dest="command")
+    s = sub.add_parser("serve", help="run the OpenAI-compatible gateway (the default)")
+    s.add_argument("--host", help="bind address (default 127.0.0.1)")
+    s.add_argument("--port", type=int, help="port (default 8080; 0 picks a free one)")
+    s.add_argument("--claude-bin", help="claude command (path or command line)")
+    s.add_argument("--gemini-bin", help="gemini command (path or command line)")
+    s.add_argument("--backends", help="comma-separated backends to enable (claude,gemini)")
+    s.add_argument("--api-key", action="append", dest="api_keys", help="require this Bearer key")
+    s.add_argument("--max-concurrency", type=int, help="CLI processes at once")
+    s.add_argument("--max-queue", type=int, help="requests waiting for a slot before 429")
+    s.add_argument("--timeout", type=float, dest="timeout_s", help="seconds per call in all")
+    s.add_argument("--idle-timeout", type=float, dest="idle_timeout_s", help="seconds of silence")
+    s.add_argument("--record", type=Path, dest="record_dir", help="save every call as a fixture")
+    s.add_argument("--replay", type=Path, dest="replay_dir", help="answer from fixtures in DIR")
+    s.add_argument("--replay-speed", type=float, help="1 = recorded pace, 0 = instant")
+    s.add_argument("--log-level", help="debug, info, warning, error")
+    s.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
+    return p
+
+
+def settings_from_args(args: argparse.Namespace) -> Settings:
+    overrides: dict[str, Any] = {
+        k: v for k, v in vars(args).items() if v is not None and k != "command"
+    }
+    return Settings(**overrides)
+
+
+def missing_binaries(settings: Settings) -> list[str]:
+    bins = {"claude": settings.claude_bin, "gemini": settings.gemini_bin}
+    return [
+        name
+        for name in settings.backends
+        if name in bins and shutil.which(split_command(bins[name])[0]) is None
+    ]
+
+
+def default_fixtures_dir() -> Path:
+    here = Path.cwd() / "fixtures"
+    return here if here.is_dir() else Path(__file__).resolve().parent.parent / "fixtures"
+
+
+def make_gateway(settings: Settings) -> tuple[Gateway, str]:
+    """The gateway for these settings and a sentence saying what it serves."""
+    from .fixtures import Recorder, ReplaySource
+
+    source: PlanSource
+    if settings.replay_dir is not None:
+        source = ReplaySource.load(settings.replay_dir, settings)
+        mode = f"replay mode: answering from {len(source.store)} fixtures in {settings.replay_dir}"
+    else:
+        missing = missing_binaries(settings)
+        live = [b for b in settings.backends if b not in missing]
+        if not live:
+            fixtures = default_fixtures_dir()
+            settings.replay_dir = fixtures
+            source = ReplaySource.load(fixtures, settings)
+            mode = (
+                f"no CLI found on PATH ({', '.join(missing)}): replay mode, answering from "
+                f"{len(source.store)} recorded fixtures in {fixtures}"
+            )
+        else:
+            settings.backends = live
+            source = live_backends(settings)
+            mode = f"live mode: backends {', '.join(live)}" + (
+                f" (not found: {', '.join(missing)})" if missing else ""
+            )
+    gateway = Gateway(settings, source)
+    if settings.record_dir is not None:
+        recorder = Recorder(settings.record_dir)
+        gateway.sink_for = recorder.sink_for
+        mode += f"; recording every call to {settings.record_dir}"
+    return gateway, mode
+
+
+async def serve(settings: Settings) -> None:
+    gateway, mode = make_gateway(settings)
+    log.info("starting", mode=mode)
+    app = create_app(gateway)
+    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, settings.host, settings.port)
+    await site.start()
+    addrs = [f"http://{h}:{p}" for h, p, *_ in (runner.addresses or [])]
+    log.info("listening", url=f"{addrs[0]}/v1" if addrs else None, mode=mode)
+    stop = asyncio.Event()
+    loop = asyncio.get_running_loop()
+    for sig in (signal.SIGINT, signal.SIGTERM):
+        with contextlib.suppress(NotImplementedError):
+            loop.add_signal_handler(sig, stop.set)
+    try:
+        await stop.wait()
+    finally:
+        log.info("stopping", running=gateway.supervisor.running)
+        await runner.cleanup()
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        settings = settings_from_args(args)
+    except ValueError as exc:
+        print(f"cli-proxy: invalid settings: {exc}", file=sys.stderr)
+        return 2
+    configure(settings.log_level, bool(settings.log_json))
+    asyncio.run(serve(settings))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,32 @@
+"""Normalized events a backend parser extracts from a CLI's stream-json output."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+
+@dataclass(frozen=True, slots=True)
+class TextDelta:
+    """A piece of the model's answer text, in order."""
+
+    text: str
+
+
+@dataclass(frozen=True, slots=True)
+class UsageReport:
+    """Token counts as the CLI reports them (the last report wins)."""
+
+    prompt_tokens: int
+    completion_tokens: int
+
+
+@dataclass(frozen=True, slots=True)
+class Failure:
+    """The CLI said the call failed; ``status`` is the HTTP status the client should see."""
+
+    status: int
+    message: str
+    code: str | None = None
+
+
+CliEvent = TextDelta | UsageReport | Failure

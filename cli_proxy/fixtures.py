@@ -1,0 +1,291 @@
+"""Record CLI runs as fixture files, and answer requests by replaying them.
+
+A fixture is one JSON file (format described in docs/fixtures.md): the normalized
+request, the exact prompt, the argv, every stdout line with its time offset,
+stderr and the exit code. Replay runs ``python -m cli_proxy.replayer FILE`` as a
+real child process and parses its output with the recorded backend's own parser,
+so a replayed answer takes the same path as a live one.
+"""
+
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from .backends.base import Backend, CallOptions, StreamParser, scrub_env
+from .backends.claude import ClaudeParser
+from .backends.gemini import GeminiParser
+from .completion import LineSink, Plan, ResponseIds
+from .config import Settings
+from .errors import APIError
+from .gateway import PlanSource
+from .process import RunStats
+from .protocol import ChatCompletionRequest
+from .routing import Route
+
+FORMAT = "cli-proxy-fixture"
+VERSION = 1
+PARSERS: dict[str, type[ClaudeParser] | type[GeminiParser]] = {
+    "claude": ClaudeParser,
+    "gemini": GeminiParser,
+}
+_KEY_FIELDS = ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format")
+
+
+class FixtureError(Exception):
+    """A fixture file that cannot be used; the message names the file."""
+
+
+def normalized_request(req: ChatCompletionRequest) -> dict[str, Any]:
+    """The parts of a request that decide the answer; sampling knobs and stream flags drop out."""
+    data = req.model_dump(mode="json", exclude_none=True, include=set(_KEY_FIELDS))
+    return {k: data[k] for k in _KEY_FIELDS if k in data}
+
+
+def request_key(normalized: Mapping[str, Any]) -> str:
+    """Stable across JSON key order and whitespace: sha256 of canonical JSON."""
+    canonical = json.dumps(normalized, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    return hashlib.sha256(canonical.encode()).hexdigest()[:24]
+
+
+@dataclass
+class Fixture:
+    path: Path
+    key: str
+    backend: str
+    request: dict[str, Any]
+    data: dict[str, Any] = field(repr=False)
+
+    @property
+    def model(self) -> str:
+        return str(self.request.get("model", ""))
+
+
+def load_fixture(path: Path) -> Fixture:
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError) as exc:
+        raise FixtureError(f"{path}: cannot read fixture: {exc}") from None
+    except ValueError as exc:
+        raise FixtureError(f"{path}: fixture is not valid JSON: {exc}") from None
+    if not isinstance(data, dict) or data.get("format") != FORMAT:
+        raise FixtureError(f"{path}: not a cli-proxy fixture (missing \"format\": \"{FORMAT}\")")
+    if data.get("version") != VERSION:
+        raise FixtureError(
+            f"{path}: fixture version {data.get('version')!r} is not supported (want {VERSION})"
+        )
+    problems = _shape_problems(data)
+    if problems:
+        raise FixtureError(f"{path}: malformed fixture: {problems}")
+    request = data["request"]
+    key = request_key(request)
+    if data.get("key") not in (None, key):
+        raise FixtureError(
+            f"{path}: stored key {data['key']} does not match its request (expected {key}); "
+            "was the request edited? Fix the request or delete the key field"
+        )
+    return Fixture(path, key, data["backend"], request, data)
+
+
+def _shape_problems(data: dict[str, Any]) -> str:
+    if data.get("backend") not in PARSERS:
+        return f"backend must be one of {sorted(PARSERS)}"
+    if not isinstance(data.get("request"), dict) or not data["request"].get("model"):
+        return "request must be an object with a model"
+    stdout = data.get("stdout")
+    if not isinstance(stdout, list) or not all(
+        isinstance(e, dict) and isinstance(e.get("line"), str) and isinstance(e.get("t"), int | float)
+        for e in stdout
+    ):
+        return 'stdout must be a list of {"t": seconds, "line": text}'
+    if not isinstance(data.get("exit_code"), int):
+        return "exit_code must be an integer"
+    return ""
+
+
+class FixtureStore:
+    def __init__(self, fixtures: list[Fixture]) -> None:
+        self.by_key: dict[str, Fixture] = {}
+        for fx in fixtures:
+            self.by_key.setdefault(fx.key, fx)
+
+    @classmethod
+    def load(cls, directory: Path) -> FixtureStore:
+        if not directory.is_dir():
+            raise FixtureError(f"{directory}: fixture directory does not exist")
+        return cls([load_fixture(p) for p in sorted(directory.rglob("*.json"))])
+
+    def __len__(self) -> int:
+        return len(self.by_key)
+
+    def nearest(self, normalized: Mapping[str, Any]) -> Fixture | None:
+        want = json.dumps(normalized, sort_keys=True)
+        best: tuple[float, Fixture] | None = None
+        for fx in self.by_key.values():
+            ratio = difflib.SequenceMatcher(
+                None, want, json.dumps(fx.request, sort_keys=True), autojunk=False
+            ).ratio()
+            if best is None or ratio > best[0]:
+                best = (ratio, fx)
+        return best[1] if best else None
+
+
+class ReplayBackend:
+    """Runs the replayer process for one fixture; parses like the recorded CLI."""
+
+    def __init__(self, fixture: Fixture, speed: float) -> None:
+        self.fixture = fixture
+        self.speed = speed
+        self.name = f"replay:{fixture.backend}"
+
+    def argv(self, options: CallOptions) -> list[str]:
+        return [
+            sys.executable,
+            "-m",
+            "cli_proxy.replayer",
+            str(self.fixture.path.resolve()),
+            "--speed",
+            str(self.speed),
+        ]
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        env = scrub_env(base)
+        # the replayer imports cli_proxy: make sure the child finds this very package
+        root = str(Path(__file__).resolve().parent.parent)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+        return env
+
+    def new_parser(self) -> StreamParser:
+        return PARSERS[self.fixture.backend]()
+
+
+class ReplaySource(PlanSource):
+    def __init__(self, store: FixtureStore, speed: float) -> None:
+        self.store = store
+        self.speed = speed
+
+    @classmethod
+    def load(cls, directory: Path, settings: Settings) -> ReplaySource:
+        return cls(FixtureStore.load(directory), settings.replay_speed)
+
+    def _models(self) -> dict[str, str]:
+        return {fx.model: fx.backend for fx in self.store.by_key.values()}
+
+    def models(self) -> list[tuple[str, str]]:
+        return sorted(self._models().items())
+
+    def route(self, model: str) -> Route | None:
+        backend = self._models().get(model)
+        return Route(backend, model) if backend else None
+
+    def backend_for(self, req: ChatCompletionRequest, route: Route, prompt: str) -> Backend:
+        normalized = normalized_request(req)
+        key = request_key(normalized)
+        fixture = self.store.by_key.get(key)
+        if fixture is None:
+            near = self.store.nearest(normalized)
+            hint = f"; nearest fixture: {near.path.name} ({_first_difference(normalized, near.request)})" if near else ""
+            raise APIError(
+                404,
+                f"no recorded fixture matches this request (key {key}){hint}",
+                code="fixture_not_found",
+            )
+        return ReplayBackend(fixture, self.speed)
+
+    def ids_for(self, backend: Backend) -> ResponseIds:
+        if isinstance(backend, ReplayBackend):
+            ids = backend.fixture.data.get("response_ids")
+            if isinstance(ids, dict):
+                return ResponseIds(
+                    completion_id=str(ids.get("completion_id") or ResponseIds().completion_id),
+                    created=int(ids.get("created") or time.time()),
+                    call_ids=[str(c) for c in ids.get("call_ids") or []],
+                )
+        return ResponseIds()
+
+
+def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
+    for k in _KEY_FIELDS:
+        if a.get(k) != b.get(k):
+            return f"differs in '{k}'"
+    return "differs"
+
+
+# ---------------------------------------------------------------------- recording
+
+
+class Recorder:
+    def __init__(self, directory: Path) -> None:
+        self.directory = directory
+        directory.mkdir(parents=True, exist_ok=True)
+
+    def sink_for(self, plan: Plan) -> LineSink | None:
+        return RecordingSink(self.directory, plan)
+
+
+class RecordingSink(LineSink):
+    def __init__(self, directory: Path, plan: Plan) -> None:
+        self.directory = directory
+        self.plan = plan
+        self.started = time.monotonic()
+        self.lines: list[dict[str, Any]] = []
+
+    def line(self, data: bytes) -> None:
+        t = round(time.monotonic() - self.started, 4)
+        self.lines.append({"t": t, "line": data.decode("utf-8", "replace").rstrip("\r\n")})
+
+    def done(self, exit_code: int | None, stderr: str, stats: RunStats) -> None:
+        if stats.killed is not None or exit_code is None:
+            return  # a cancelled or timed-out run is not a faithful recording
+        backend = self.plan.backend.name.removeprefix("replay:")
+        normalized = normalized_request(self.plan.request)
+        key = request_key(normalized)
+        argv = list(self.plan.argv)
+        argv[0] = Path(argv[0]).name
+        data = {
+            "format": FORMAT,
+            "version": VERSION,
+            "key": key,
+            "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+            "backend": backend,
+            "cli_version": _cli_version(self.lines),
+            "request": normalized,
+            "prompt": self.plan.prompt,
+            "argv": argv,
+            "exit_code": exit_code,
+            "stderr": stderr,
+            "duration_s": round(stats.duration_s, 4),
+            "response_ids": {
+                "completion_id": self.plan.ids.completion_id,
+                "created": self.plan.ids.created,
+                "call_ids": self.plan.ids.call_ids,
+            },
+            "stdout": self.lines,
+        }
+        model = "".join(c if c.isalnum() or c in "-." else "_" for c in self.plan.request.model)
+        target = self.directory / f"{backend}-{model}-{key[:12]}.json"
+        fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
+        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+            json.dump(data, fh, ensure_ascii=False, indent=1)
+            fh.write("\n")
+        os.replace(tmp, target)
+
+
+def _cli_version(lines: list[dict[str, Any]]) -> str | None:
+    for entry in lines[:3]:
+        try:
+            obj = json.loads(entry["line"])
+        except ValueError:
+            continue
+        if isinstance(obj, dict) and isinstance(obj.get("claude_code_version"), str):
+            return str(obj["claude_code_version"])
+    return None

@@ -1,0 +1,300 @@
+"""Spawn, watch and reliably kill CLI processes.
+
+Each CLI runs in its own session (process group) with the prompt on stdin, so
+the whole tree can be signalled at once; a supervisor caps how many run at a
+time and kills every tree it started on shutdown. A run is only over once its
+process has been reaped, so a freed slot never hides a live child.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import ctypes
+import os
+import shutil
+import signal
+import sys
+import tempfile
+import time
+from collections.abc import AsyncIterator, Mapping, Sequence
+from dataclasses import dataclass, field
+
+import psutil
+
+from .errors import APIError
+
+_STDOUT_LIMIT = 64 * 1024 * 1024  # one stream-json line may carry a whole long answer
+_STDERR_KEEP = 64 * 1024
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
+    """Linux: the CLI gets SIGKILL if the gateway dies, even by ``kill -9``."""
+    try:
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    except Exception:
+        pass
+
+
+@dataclass(slots=True)
+class Limits:
+    timeout_s: float = 300.0
+    idle_timeout_s: float = 120.0
+    kill_grace_s: float = 3.0
+
+
+@dataclass(slots=True)
+class RunStats:
+    pid: int | None = None
+    queue_wait_s: float = 0.0
+    first_byte_s: float | None = None
+    duration_s: float = 0.0
+    exit_code: int | None = None
+    killed: str | None = None
+    stderr: str = ""
+
+
+class CliRun:
+    """One running CLI process: stdout lines as they arrive, then the exit code."""
+
+    def __init__(self, proc: asyncio.subprocess.Process, deadline: float, limits: Limits) -> None:
+        self.proc = proc
+        self.deadline = deadline
+        self.limits = limits
+        self.stats = RunStats(pid=proc.pid)
+        self._stderr = bytearray()
+        self._started = time.monotonic()
+        self._tasks: list[asyncio.Task[None]] = []
+
+    def _start_io(self, stdin_data: bytes) -> None:
+        self._tasks.append(asyncio.create_task(self._feed_stdin(stdin_data)))
+        self._tasks.append(asyncio.create_task(self._drain_stderr()))
+
+    async def _feed_stdin(self, data: bytes) -> None:
+        stdin = self.proc.stdin
+        assert stdin is not None
+        try:
+            stdin.write(data)
+            await stdin.drain()
+        except (BrokenPipeError, ConnectionResetError):
+            pass  # the CLI exited early; its exit code and stderr tell why
+        finally:
+            with contextlib.suppress(Exception):
+                stdin.close()
+
+    async def _drain_stderr(self) -> None:
+        stream = self.proc.stderr
+        assert stream is not None
+        while chunk := await stream.read(65536):
+            self._stderr += chunk
+            if len(self._stderr) > 2 * _STDERR_KEEP:
+                del self._stderr[:-_STDERR_KEEP]
+
+    async def lines(self) -> AsyncIterator[bytes]:
+        """Yield stdout lines; raise APIError(504) on the total or idle timeout."""
+        stdout = self.proc.stdout
+        assert stdout is not None
+        while True:
+            remaining = self.deadline - time.monotonic()
+            wait = min(self.limits.idle_timeout_s, remaining)
+            try:
+                line = await asyncio.wait_for(stdout.readline(), timeout=max(wait, 0.0))
+            except TimeoutError:
+                total = remaining <= self.limits.idle_timeout_s
+                self.stats.killed = "timeout" if total else "idle_timeout"
+                await self.kill()
+                what = (
+                    f"the CLI did not finish within {self.limits.timeout_s:g} s"
+                    if total
+                    else f"the CLI printed nothing for {self.limits.idle_timeout_s:g} s"
+                )
+                raise APIError(504, what, code="cli_timeout") from None
+            except ValueError as exc:  # a line beyond the stream limit
+                self.stats.killed = "oversized_output"
+                await self.kill()
+                raise APIError(502, f"the CLI printed an oversized line: {exc}") from None
+            if not line:
+                return
+            if self.stats.first_byte_s is None:
+                self.stats.first_byte_s = time.monotonic() - self._started
+            yield line
+
+    async def wait(self) -> int:
+        """Exit code once stdout is done; stderr is fully read by then."""
+        remaining = max(self.deadline - time.monotonic(), 0.0)
+        try:
+            code = await asyncio.wait_for(self.proc.wait(), timeout=max(remaining, 1.0))
+        except TimeoutError:
+            self.stats.killed = "timeout"
+            await self.kill()
+            raise APIError(504, "the CLI closed its output but did not exit") from None
+        await self._join_io()
+        self.stats.exit_code = code
+        return code
+
+    @property
+    def stderr(self) -> str:
+        return self._stderr[-_STDERR_KEEP:].decode("utf-8", "replace")
+
+    async def _join_io(self) -> None:
+        with contextlib.suppress(Exception):
+            await asyncio.wait_for(asyncio.gather(*self._tasks, return_exceptions=True), 5)
+
+    async def kill(self) -> None:
+        """SIGTERM the whole tree, SIGKILL what is left after the grace period, reap."""
+        await kill_tree(self.proc, self.limits.kill_grace_s)
+        for task in self._tasks:
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def close(self) -> None:
+        """Always called: kills a still-running tree and reaps it."""
+        if self.proc.returncode is None or _has_children(self.proc.pid):
+            if self.stats.killed is None and self.proc.returncode is None:
+                self.stats.killed = "cancelled"
+            await asyncio.shield(self.kill())
+        self.stats.duration_s = time.monotonic() - self._started
+        self.stats.stderr = self.stderr
+        if self.proc.returncode is not None and self.stats.exit_code is None:
+            self.stats.exit_code = self.proc.returncode
+
+
+def _has_children(pid: int) -> bool:
+    try:
+        return bool(psutil.Process(pid).children(recursive=True))
+    except psutil.Error:
+        return False
+
+
+async def kill_tree(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    procs: list[psutil.Process] = []
+    try:
+        root = psutil.Process(proc.pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        pass
+    _signal_all(proc.pid, procs, signal.SIGTERM)
+    loop = asyncio.get_running_loop()
+    _gone, alive = await loop.run_in_executor(None, lambda: psutil.wait_procs(procs, grace_s))
+    if alive or proc.returncode is None:
+        _signal_all(proc.pid, alive, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):
+        await asyncio.wait_for(proc.wait(), timeout=max(grace_s, 5.0))
+
+
+def _signal_all(pgid: int, procs: Sequence[psutil.Process], sig: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, sig)  # the CLI's own group, including children we have not seen
+    for p in procs:
+        with contextlib.suppress(psutil.Error):
+            p.send_signal(sig)
+
+
+@dataclass
+class Supervisor:
+    """Caps concurrent CLI processes, queues a bounded number of waiters, tracks all runs."""
+
+    max_concurrency: int
+    max_queue: int
+    limits: Limits = field(default_factory=Limits)
+    retry_after_s: int = 2
+    _running: set[CliRun] = field(default_factory=set)
+    _waiting: int = 0
+    _sem: asyncio.Semaphore | None = None
+    _closing: bool = False
+
+    @property
+    def running(self) -> int:
+        return len(self._running)
+
+    @property
+    def waiting(self) -> int:
+        return self._waiting
+
+    def _semaphore(self) -> asyncio.Semaphore:
+        if self._sem is None:
+            self._sem = asyncio.Semaphore(self.max_concurrency)
+        return self._sem
+
+    @contextlib.asynccontextmanager
+    async def run(
+        self,
+        argv: Sequence[str],
+        *,
+        env: Mapping[str, str],
+        stdin: bytes,
+    ) -> AsyncIterator[CliRun]:
+        """Wait for a slot, start the CLI in a fresh empty directory, always clean up."""
+        if self._closing:
+            raise APIError(503, "the gateway is shutting down", code="shutting_down")
+        started = time.monotonic()
+        deadline = started + self.limits.timeout_s
+        sem = self._semaphore()
+        if sem.locked():
+            if self._waiting >= self.max_queue:
+                raise self._busy("all CLI slots are busy and the wait queue is full")
+            self._waiting += 1
+            try:
+                await asyncio.wait_for(sem.acquire(), timeout=self.limits.timeout_s)
+            except TimeoutError:
+                raise self._busy("timed out waiting for a free CLI slot") from None
+            finally:
+                self._waiting -= 1
+        else:
+            await sem.acquire()
+        run: CliRun | None = None
+        cwd = tempfile.mkdtemp(prefix="cli-proxy-")
+        try:
+            proc = await _spawn(argv, env, cwd)
+            run = CliRun(proc, deadline, self.limits)
+            run.stats.queue_wait_s = time.monotonic() - started
+            self._running.add(run)
+            run._start_io(stdin)
+            yield run
+        finally:
+            if run is not None:
+                await run.close()
+                self._running.discard(run)
+            sem.release()
+            shutil.rmtree(cwd, ignore_errors=True)
+
+    def _busy(self, message: str) -> APIError:
+        return APIError(
+            429,
+            f"{message} ({self.max_concurrency} running, {self.max_queue} queued); retry later",
+            code="too_many_concurrent_requests",
+            headers={"Retry-After": str(self.retry_after_s)},
+        )
+
+    async def shutdown(self) -> None:
+        """Kill every tree still running; used on server stop."""
+        self._closing = True
+        await asyncio.gather(*(r.kill() for r in list(self._running)), return_exceptions=True)
+
+
+async def _spawn(
+    argv: Sequence[str], env: Mapping[str, str], cwd: str
+) -> asyncio.subprocess.Process:
+    try:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            stdin=asyncio.subprocess.PIPE,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.PIPE,
+            cwd=cwd,
+            env=dict(env),
+            start_new_session=True,
+            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            limit=_STDOUT_LIMIT,
+        )
+    except FileNotFoundError:
+        raise APIError(
+            503,
+            f"CLI binary not found: {argv[0]!r}; install it or set its path "
+            "(see docs/configuration.md)",
+            code="cli_not_found",
+        ) from None
+    except PermissionError:
+        raise APIError(503, f"CLI binary is not executable: {argv[0]!r}", code="cli_not_found")

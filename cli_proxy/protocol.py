@@ -1,0 +1,227 @@
+"""OpenAI wire models (chat completions, models list, errors).
+
+Requests accept and ignore unknown fields because clients send vendor extras
+through ``extra_body``; responses are serialized with every key OpenAI SDKs and
+LangChain read, including explicit nulls.
+"""
+
+from __future__ import annotations
+
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class _Lenient(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+
+# ---------------------------------------------------------------- requests
+
+
+class TextPart(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class ImageURL(_Lenient):
+    url: str
+    detail: str | None = None
+
+
+class ImagePart(_Lenient):
+    type: Literal["image_url"]
+    image_url: ImageURL
+
+
+class RefusalPart(_Lenient):
+    type: Literal["refusal"]
+    refusal: str
+
+
+class OtherPart(_Lenient):
+    """input_audio, file and anything newer: rendered as a placeholder."""
+
+    type: str
+
+
+ContentPart = TextPart | ImagePart | RefusalPart | OtherPart
+Content = str | list[ContentPart] | None
+
+
+class FunctionCall(_Lenient):
+    name: str
+    arguments: str = "{}"
+
+
+class ToolCall(_Lenient):
+    id: str
+    type: Literal["function"] = "function"
+    function: FunctionCall
+
+
+class SystemMessage(_Lenient):
+    role: Literal["system", "developer"]
+    content: Content
+    name: str | None = None
+
+
+class UserMessage(_Lenient):
+    role: Literal["user"]
+    content: Content
+    name: str | None = None
+
+
+class AssistantMessage(_Lenient):
+    role: Literal["assistant"]
+    content: Content = None
+    name: str | None = None
+    tool_calls: list[ToolCall] | None = None
+    function_call: FunctionCall | None = None  # legacy single call
+
+
+class ToolMessage(_Lenient):
+    role: Literal["tool"]
+    content: Content
+    tool_call_id: str
+
+
+class FunctionMessage(_Lenient):
+    """Legacy ``role: function`` result, matched by name only."""
+
+    role: Literal["function"]
+    content: Content
+    name: str
+
+
+Message = Annotated[
+    SystemMessage | UserMessage | AssistantMessage | ToolMessage | FunctionMessage,
+    Field(discriminator="role"),
+]
+
+
+class FunctionDef(_Lenient):
+    name: str = Field(min_length=1, max_length=128, pattern=r"^[A-Za-z0-9_.:-]+$")
+    description: str | None = None
+    parameters: dict[str, Any] | None = None
+    strict: bool | None = None
+
+    @field_validator("parameters")
+    @classmethod
+    def _schema_is_object(cls, v: dict[str, Any] | None) -> dict[str, Any] | None:
+        if v is not None and "type" in v and v["type"] != "object":
+            raise ValueError("function parameters must be a JSON Schema of type 'object'")
+        return v
+
+
+class Tool(_Lenient):
+    type: Literal["function"]
+    function: FunctionDef
+
+
+class NamedFunction(_Lenient):
+    name: str
+
+
+class NamedToolChoice(_Lenient):
+    type: Literal["function"]
+    function: NamedFunction
+
+
+ToolChoice = Literal["none", "auto", "required"] | NamedToolChoice
+
+
+class StreamOptions(_Lenient):
+    include_usage: bool | None = None
+
+
+class ResponseFormat(_Lenient):
+    type: Literal["text", "json_object", "json_schema"]
+    json_schema: dict[str, Any] | None = None
+
+
+class ChatCompletionRequest(_Lenient):
+    model: str = Field(min_length=1)
+    messages: list[Message] = Field(min_length=1)
+    tools: list[Tool] | None = None
+    tool_choice: ToolChoice | None = None
+    parallel_tool_calls: bool | None = None
+    stream: bool | None = False
+    stream_options: StreamOptions | None = None
+    response_format: ResponseFormat | None = None
+    user: str | None = None
+    # Sampling knobs the CLIs cannot honour; accepted so clients don't break.
+    temperature: float | None = None
+    top_p: float | None = None
+    max_tokens: int | None = None
+    max_completion_tokens: int | None = None
+    n: int | None = Field(default=None, ge=1, le=1)
+    stop: str | list[str] | None = None
+    seed: int | None = None
+
+
+# --------------------------------------------------------------- responses
+
+
+class Usage(BaseModel):
+    prompt_tokens: int = 0
+    completion_tokens: int = 0
+    total_tokens: int = 0
+
+
+class ResponseFunction(BaseModel):
+    name: str
+    arguments: str
+
+
+class ResponseToolCall(BaseModel):
+    id: str
+    type: Literal["function"] = "function"
+    function: ResponseFunction
+
+
+class ResponseMessage(BaseModel):
+    role: Literal["assistant"] = "assistant"
+    content: str | None
+    refusal: None = None
+    tool_calls: list[ResponseToolCall] | None = None
+
+
+class Choice(BaseModel):
+    index: int = 0
+    message: ResponseMessage
+    finish_reason: Literal["stop", "length", "tool_calls"]
+    logprobs: None = None
+
+
+class ChatCompletion(BaseModel):
+    id: str
+    object: Literal["chat.completion"] = "chat.completion"
+    created: int
+    model: str
+    choices: list[Choice]
+    usage: Usage
+    system_fingerprint: str | None = None
+
+
+class ModelCard(BaseModel):
+    id: str
+    object: Literal["model"] = "model"
+    created: int
+    owned_by: str
+
+
+class ModelList(BaseModel):
+    object: Literal["list"] = "list"
+    data: list[ModelCard]
+
+
+class ErrorDetail(BaseModel):
+    message: str
+    type: str
+    param: str | None = None
+    code: str | None = None
+
+
+class ErrorBody(BaseModel):
+    error: ErrorDetail

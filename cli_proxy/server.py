@@ -1,0 +1,250 @@
+"""HTTP surface: routes, auth and error middleware, SSE delivery."""
+
+from __future__ import annotations
+
+import hmac
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+import structlog
+from aiohttp import web
+from pydantic import ValidationError
+
+from .completion import Completion, Plan, collect
+from .errors import APIError, from_validation_error
+from .gateway import Gateway
+from .logs import log
+from .protocol import ChatCompletionRequest, ModelCard, ModelList
+from .sse import DONE, ChunkBuilder, error_event
+
+GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
+STARTED = int(time.time())
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+
+
+def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+    return web.Response(
+        body=json.dumps(body, ensure_ascii=False).encode(),
+        status=status,
+        content_type="application/json",
+        headers=headers,
+    )
+
+
+def error_response(err: APIError) -> web.Response:
+    return json_response(err.body(), err.status, err.headers)
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    try:
+        return await handler(request)
+    except APIError as err:
+        return error_response(err)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(
+            APIError(413, f"request body too large: {exc.text}", code="request_too_large")
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        return error_response(APIError(exc.status, exc.reason, code=None))
+    except Exception:
+        log.exception("unhandled_error", path=request.path)
+        return error_response(APIError(500, "internal gateway error; see the gateway log"))
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    keys = request.app[GATEWAY].settings.api_keys
+    if keys and request.path != "/health":
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        presented = token.strip().encode()
+        ok = scheme.lower() == "bearer" and any(
+            hmac.compare_digest(presented, k.get_secret_value().encode()) for k in keys
+        )
+        if not ok:
+            raise APIError(
+                401,
+                "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+            )
+    return await handler(request)
+
+
+async def health(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    return json_response(
+        {
+            "status": "ok",
+            "running": gw.supervisor.running,
+            "waiting": gw.supervisor.waiting,
+            "max_concurrency": gw.supervisor.max_concurrency,
+        }
+    )
+
+
+def _cards(gw: Gateway) -> list[ModelCard]:
+    return [ModelCard(id=m, created=STARTED, owned_by=owner) for m, owner in gw.source.models()]
+
+
+async def list_models(request: web.Request) -> web.Response:
+    cards = _cards(request.app[GATEWAY])
+    return json_response(ModelList(data=cards).model_dump())
+
+
+async def get_model(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    model_id = unquote(request.match_info["model"])
+    for card in _cards(gw):
+        if card.id == model_id:
+            return json_response(card.model_dump())
+    r = gw.source.route(model_id)
+    if r is None:
+        raise APIError(
+            404, f"The model '{model_id}' does not exist", param="model", code="model_not_found"
+        )
+    return json_response(ModelCard(id=model_id, created=STARTED, owned_by=r.backend).model_dump())
+
+
+async def parse_request(request: web.Request) -> ChatCompletionRequest:
+    raw = await request.read()
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    if not isinstance(data, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    try:
+        return ChatCompletionRequest.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    gw = request.app[GATEWAY]
+    req = await parse_request(request)
+    route = gw.check(req)
+    prompt = gw.prompt(req)
+    backend = gw.source.backend_for(req, route, prompt)
+    plan = Plan(
+        request=req,
+        backend=backend,
+        options=gw.options(req, route),
+        prompt=prompt,
+        tools_active=gw.tools_active(req),
+        env=gw.child_env(backend),
+        ids=gw.source.ids_for(backend),
+    )
+    sink = gw.sink_for(plan) if gw.sink_for is not None else None
+    completion = Completion(plan, gw.supervisor, sink)
+    logger = log.bind(
+        request_id=uuid.uuid4().hex[:12],
+        model=req.model,
+        backend=backend.name,
+        stream=bool(req.stream),
+        tools=len(req.tools or []),
+    )
+    if gw.settings.log_prompts:
+        logger.debug("prompt", prompt=prompt)
+    started = time.monotonic()
+    status = 200
+    try:
+        if req.stream:
+            return await _stream(request, completion, req)
+        async with completion.start() as run:
+            result = await collect(completion, run)
+        return json_response(result.model_dump())
+    except APIError as err:
+        status = err.status
+        raise
+    finally:
+        _log_done(logger, completion, status, time.monotonic() - started)
+
+
+async def _stream(
+    request: web.Request, completion: Completion, req: ChatCompletionRequest
+) -> web.StreamResponse:
+    include_usage = bool(req.stream_options and req.stream_options.include_usage)
+    ids = completion.plan.ids
+    chunks = ChunkBuilder(ids.completion_id, ids.created, req.model, include_usage)
+    async with completion.start() as run:
+        # Errors before this point (queue full, missing binary) get a real HTTP status.
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        resp.force_close()  # some SDK versions keep reading after [DONE] unless we close
+        await resp.prepare(request)
+        await resp.write(chunks.role())
+        try:
+            async for ev in completion.events(run):
+                await resp.write(chunks.event(ev))
+        except APIError as err:
+            await resp.write(error_event(err))
+            completion.outcome.finish_reason = "error"
+            await resp.write_eof()
+            return resp
+        await resp.write(chunks.finish(completion.outcome.finish_reason))
+        if include_usage:
+            await resp.write(chunks.usage(completion.outcome.usage))
+        await resp.write(DONE)
+        await resp.write_eof()
+        return resp
+
+
+def _log_done(
+    logger: structlog.typing.FilteringBoundLogger,
+    completion: Completion,
+    status: int,
+    duration: float,
+) -> None:
+    stats = completion.outcome.stats
+    usage = completion.outcome.usage
+    logger.info(
+        "chat_completion",
+        status=status,
+        finish_reason=completion.outcome.finish_reason,
+        pid=stats.pid if stats else None,
+        queue_wait_ms=round(stats.queue_wait_s * 1000, 1) if stats else None,
+        first_byte_ms=round(stats.first_byte_s * 1000, 1)
+        if stats and stats.first_byte_s is not None
+        else None,
+        duration_ms=round(duration * 1000, 1),
+        exit_code=stats.exit_code if stats else None,
+        killed=stats.killed if stats else None,
+        prompt_tokens=usage.prompt_tokens,
+        completion_tokens=usage.completion_tokens,
+    )
+
+
+async def not_found(request: web.Request) -> web.Response:
+    raise APIError(404, f"no route for {request.method} {request.path}", code="unknown_url")
+
+
+def create_app(gateway: Gateway) -> web.Application:
+    app = web.Application(
+        middlewares=[errors_middleware, auth_middleware],
+        client_max_size=gateway.settings.max_body_bytes,
+    )
+    app[GATEWAY] = gateway
+    app.router.add_get("/health", health)
+    for prefix in ("/v1", ""):
+        app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+        app.router.add_get(f"{prefix}/models", list_models)
+        app.router.add_get(f"{prefix}/models/{{model:.+}}", get_model)
+
+    async def on_shutdown(app: web.Application) -> None:
+        await app[GATEWAY].supervisor.shutdown()
+
+    app.on_shutdown.append(on_shutdown)
+    return app

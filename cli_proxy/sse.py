@@ -1,0 +1,68 @@
+"""Chat completion chunks in the exact shape OpenAI streaming clients accumulate."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from .answer import AnswerEvent, ContentDelta, ToolCallArgs, ToolCallStart
+from .errors import APIError
+from .protocol import Usage
+
+DONE = b"data: [DONE]\n\n"
+
+
+def encode(payload: dict[str, Any]) -> bytes:
+    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+
+
+class ChunkBuilder:
+    """Same id/created/model on every chunk; role sent once, tool identity sent once."""
+
+    def __init__(self, completion_id: str, created: int, model: str, include_usage: bool) -> None:
+        self.base = {
+            "id": completion_id,
+            "object": "chat.completion.chunk",
+            "created": created,
+            "model": model,
+            "system_fingerprint": None,
+        }
+        self.include_usage = include_usage
+
+    def _chunk(self, delta: dict[str, Any], finish_reason: str | None = None) -> bytes:
+        payload = {
+            **self.base,
+            "choices": [
+                {"index": 0, "delta": delta, "logprobs": None, "finish_reason": finish_reason}
+            ],
+        }
+        if self.include_usage:
+            payload["usage"] = None
+        return encode(payload)
+
+    def role(self) -> bytes:
+        return self._chunk({"role": "assistant", "content": ""})
+
+    def event(self, ev: AnswerEvent) -> bytes:
+        if isinstance(ev, ContentDelta):
+            return self._chunk({"content": ev.text})
+        if isinstance(ev, ToolCallStart):
+            call = {
+                "index": ev.index,
+                "id": ev.id,
+                "type": "function",
+                "function": {"name": ev.name, "arguments": ""},
+            }
+            return self._chunk({"tool_calls": [call]})
+        assert isinstance(ev, ToolCallArgs)
+        return self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.fragment}}]})
+
+    def finish(self, finish_reason: str) -> bytes:
+        return self._chunk({}, finish_reason)
+
+    def usage(self, usage: Usage) -> bytes:
+        return encode({**self.base, "choices": [], "usage": usage.model_dump()})
+
+
+def error_event(err: APIError) -> bytes:
+    return encode(err.body())

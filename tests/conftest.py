@@ -1,0 +1,94 @@
+"""Shared test harness: a real gateway on a loopback port, fake CLIs as real child processes."""
+
+from __future__ import annotations
+
+import json
+import sys
+from collections.abc import AsyncIterator, Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+from aiohttp.test_utils import TestServer
+from openai import AsyncOpenAI
+
+from cli_proxy.config import Settings
+from cli_proxy.gateway import Gateway, live_backends
+from cli_proxy.server import create_app
+
+HERE = Path(__file__).resolve().parent
+FAKE_CLI = HERE / "fake_cli.py"
+
+
+def fake(**spec: Any) -> str:
+    """A user message that scripts the fake CLI (see tests/fake_cli.py)."""
+    return "@@fake " + json.dumps(spec)
+
+
+def fake_settings(**overrides: Any) -> Settings:
+    values: dict[str, Any] = {
+        "claude_bin": f"{sys.executable} {FAKE_CLI} claude",
+        "gemini_bin": f"{sys.executable} {FAKE_CLI} gemini",
+        "timeout_s": 30,
+        "idle_timeout_s": 15,
+        "kill_grace_s": 1,
+        "max_concurrency": 8,
+        "max_queue": 32,
+    }
+    values.update(overrides)
+    return Settings(**values)
+
+
+@dataclass
+class Served:
+    server: TestServer
+    gateway: Gateway
+    client: AsyncOpenAI
+
+    @property
+    def base_url(self) -> str:
+        return str(self.server.make_url("/v1"))
+
+
+ServeFactory = Callable[..., Awaitable[Served]]
+
+
+@pytest.fixture
+async def serve(aiohttp_server: Any) -> AsyncIterator[ServeFactory]:
+    clients: list[AsyncOpenAI] = []
+
+    async def start(gateway: Gateway | None = None, **overrides: Any) -> Served:
+        if gateway is None:
+            settings = fake_settings(**overrides)
+            gateway = Gateway(settings, live_backends(settings))
+        server = await aiohttp_server(create_app(gateway))
+        client = AsyncOpenAI(
+            base_url=str(server.make_url("/v1")), api_key="test", max_retries=0, timeout=60
+        )
+        clients.append(client)
+        return Served(server, gateway, client)
+
+    yield start
+    for c in clients:
+        await c.close()
+
+
+@pytest.fixture
+async def served(serve: ServeFactory) -> Served:
+    return await serve()
+
+
+@pytest.fixture(autouse=True)
+def no_leaked_children() -> Any:
+    """Every test must end with no CLI process left behind."""
+    import time
+
+    import psutil
+
+    yield
+    me = psutil.Process()
+    deadline = time.monotonic() + 5
+    while (kids := me.children(recursive=True)) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert not kids, f"leaked child processes: {[(k.pid, k.cmdline()) for k in kids]}"

@@ -1,0 +1,189 @@
+#!/usr/bin/env python3
+"""A stand-in for the claude / gemini CLIs that prints their real stream-json format.
+
+Usage: ``fake_cli.py claude|gemini <the CLI's own argv>``; the prompt arrives on stdin.
+The event shapes are copied from real runs (shared/reference/real-cli-samples and
+fixtures/). What it answers is scripted by the LAST ``@@fake {json}`` directive in
+the prompt (XML-escaped, so it is unescaped first):
+
+  answer      the model's text (default: a JSON reply when the prompt asks for the
+              tool-call format, else "ok")
+  chunks      split the answer into this many token deltas (default 3)
+  delay       seconds to sleep between output lines (default 0)
+  hang        seconds to sleep before printing anything
+  exit        exit code (default 0)
+  stderr      text printed to stderr
+  is_error    report the call as failed (claude: result.is_error; gemini: status error)
+  error_message / api_error_status   details of that failure
+  garbage     print non-JSON noise lines between events
+  no_result   omit the final result line
+  child       spawn a grandchild that sleeps this many seconds (tree-kill tests)
+  echo_prompt answer with the prompt itself (round-trip tests)
+Only the standard library: it runs with whatever python3 is on PATH.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import subprocess
+import sys
+import time
+import uuid
+
+
+def directive(prompt: str) -> dict[str, object]:
+    idx = prompt.rfind("@@fake ")
+    if idx < 0:
+        return {}
+    text = html.unescape(prompt[idx + len("@@fake ") :])
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(text)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def split(text: str, n: int) -> list[str]:
+    n = max(1, min(n, len(text) or 1))
+    size = -(-len(text) // n) if text else 0
+    return [text[i : i + size] for i in range(0, len(text), size)] if text else [""]
+
+
+class Out:
+    def __init__(self, spec: dict[str, object]) -> None:
+        self.delay = float(spec.get("delay", 0) or 0)
+        self.garbage = bool(spec.get("garbage"))
+        self.first = True
+
+    def emit(self, obj: dict[str, object]) -> None:
+        if not self.first and self.delay:
+            time.sleep(self.delay)
+        self.first = False
+        if self.garbage:
+            sys.stdout.write("Loading configuration... \x1b[32mdone\x1b[0m\n{not json\n")
+        sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        sys.stdout.flush()
+
+
+def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: str) -> None:
+    out = Out(spec)
+    model = argv[argv.index("--model") + 1] if "--model" in argv else "claude-sonnet-4-6"
+    session = str(uuid.uuid4())
+    tools: list[str] = [] if "--tools" in argv else ["Bash", "Edit", "Read"]
+    out.emit(
+        {
+            "type": "system",
+            "subtype": "init",
+            "cwd": os.getcwd(),
+            "session_id": session,
+            "tools": tools,
+            "mcp_servers": [],
+            "model": model,
+            "permissionMode": "default",
+            "apiKeySource": "none",
+            "claude_code_version": "2.1.197-fake",
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+    usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(answer) // 4 + 1}
+    failed = bool(spec.get("is_error"))
+    if "--include-partial-messages" in argv and not failed:
+        msg = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+               "content": [], "stop_reason": None, "usage": usage}
+        out.emit({"type": "stream_event", "event": {"type": "message_start", "message": msg},
+                  "session_id": session})
+        out.emit({"type": "stream_event", "event": {"type": "content_block_start", "index": 0,
+                  "content_block": {"type": "text", "text": ""}}, "session_id": session})
+        for piece in split(answer, int(spec.get("chunks", 3))):  # type: ignore[call-overload]
+            out.emit({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
+                      "delta": {"type": "text_delta", "text": piece}}, "session_id": session})
+        out.emit({"type": "stream_event", "event": {"type": "content_block_stop", "index": 0},
+                  "session_id": session})
+    text = str(spec.get("error_message", "API Error: 500 internal error")) if failed else answer
+    assistant: dict[str, object] = {
+        "type": "assistant",
+        "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
+                    "content": [{"type": "text", "text": text}], "stop_reason": None,
+                    "usage": usage},
+        "parent_tool_use_id": None,
+        "session_id": session,
+        "uuid": str(uuid.uuid4()),
+    }
+    if failed:
+        assistant["error"] = "unknown"
+    out.emit(assistant)
+    if spec.get("no_result"):
+        return
+    out.emit(
+        {
+            "type": "result",
+            "subtype": "success",
+            "is_error": failed,
+            "api_error_status": spec.get("api_error_status"),
+            "duration_ms": 5,
+            "num_turns": 1,
+            "result": text,
+            "stop_reason": "end_turn",
+            "session_id": session,
+            "total_cost_usd": 0.0,
+            "usage": {**usage, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "permission_denials": [],
+            "uuid": str(uuid.uuid4()),
+        }
+    )
+
+
+def run_gemini(argv: list[str], prompt: str, spec: dict[str, object], answer: str) -> None:
+    out = Out(spec)
+    model = argv[argv.index("--model") + 1] if "--model" in argv else "gemini-2.5-flash"
+    stamp = "2026-11-22T18:22:40.354Z"
+    out.emit({"type": "init", "timestamp": stamp, "session_id": str(uuid.uuid4()), "model": model})
+    out.emit({"type": "message", "timestamp": stamp, "role": "user", "content": prompt})
+    failed = bool(spec.get("is_error"))
+    if not failed:
+        for piece in split(answer, int(spec.get("chunks", 3))):  # type: ignore[call-overload]
+            out.emit({"type": "message", "timestamp": stamp, "role": "assistant",
+                      "content": piece, "delta": True})
+    if spec.get("no_result"):
+        return
+    stats = {"total_tokens": 0, "input_tokens": len(prompt) // 4,
+             "output_tokens": len(answer) // 4 + 1, "cached": 0, "duration_ms": 5, "tool_calls": 0}
+    stats["total_tokens"] = stats["input_tokens"] + stats["output_tokens"]
+    result: dict[str, object] = {"type": "result", "timestamp": stamp,
+                                 "status": "error" if failed else "success", "stats": stats}
+    if failed:
+        result["error"] = {"type": "Error",
+                           "message": str(spec.get("error_message", "internal error"))}
+    out.emit(result)
+
+
+def main() -> int:
+    flavour, argv = sys.argv[1], sys.argv[2:]
+    prompt = sys.stdin.read()
+    spec = directive(prompt)
+    if spec.get("child"):
+        subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({float(spec['child'])})"])  # type: ignore[arg-type]
+    if spec.get("hang"):
+        time.sleep(float(spec["hang"]))  # type: ignore[arg-type]
+    if spec.get("stderr"):
+        sys.stderr.write(str(spec["stderr"]) + "\n")
+        sys.stderr.flush()
+    if "answer" in spec:
+        answer = str(spec["answer"])
+    elif spec.get("echo_prompt"):
+        wrap = "<json_format>" in prompt and "tool_call" in prompt
+        answer = json.dumps({"tool_call": None, "response": prompt}) if wrap else prompt
+    elif "<json_format>" in prompt:
+        answer = '{"tool_call":null,"response":"ok"}'
+    else:
+        answer = "ok"
+    code = int(spec.get("exit", 0))  # type: ignore[call-overload]
+    if code == 0 or spec.get("print_before_exit"):
+        (run_claude if flavour == "claude" else run_gemini)(argv, prompt, spec, answer)
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,556 @@
+#!/usr/bin/env python3
+"""A fake model API (Anthropic Messages + Gemini generateContent) for loopback tests.
+
+The real ``claude`` / ``gemini`` CLIs are pointed at it (``ANTHROPIC_BASE_URL`` /
+``GOOGLE_GEMINI_BASE_URL``) so that they run offline, with deterministic answers.
+
+Library use::
+
+    api = await start_fake_model_api()          # host="127.0.0.1", port=0 (any free)
+    api.url                                      # "http://127.0.0.1:PORT"
+    api.requests                                 # list of RecordedRequest dicts
+    await api.close()
+
+Script use::
+
+    python tests/fake_model_api.py --port 0     # first stdout line: the URL; runs until killed
+
+Endpoints:
+
+* Anthropic: ``POST /v1/messages`` (the CLI adds ``?beta=true``), streaming SSE when the
+  body has ``"stream": true`` else one JSON message; ``POST /v1/messages/count_tokens``.
+* Gemini: ``POST /v1beta/models/{model}:streamGenerateContent`` (SSE with ``?alt=sse``,
+  else a JSON array), ``:generateContent``, ``:countTokens``.
+* Anything else is recorded, logged to stderr and answered ``200 {}``.
+
+What it answers is scripted by the LAST ``@@fake {json}`` directive in the request's
+message text (our prompt is XML-escaped by the gateway, so the text after the marker is
+``html.unescape``-d, then the object is read with ``json.JSONDecoder().raw_decode``):
+
+  answer         the model's text (default ``{"tool_call":null,"response":"ok"}`` when the
+                 prompt contains ``<json_format>``, else ``ok``)
+  echo_prompt    answer with the text of the last user message instead
+  chunks         split the answer into this many text deltas (default 3)
+  delay          seconds to sleep between deltas (default 0)
+  initial_delay  seconds to sleep before answering at all (default 0)
+  status         answer with this HTTP error status and the provider's real error body
+                 (Anthropic ``{"type":"error","error":{"type":...,"message":...}}``,
+                 Gemini ``{"error":{"code":...,"message":...,"status":...}}``)
+  error_message  the message of that error
+  retry_after    value of a ``retry-after`` header on the error response
+  should_retry   Anthropic only: sets ``x-should-retry: true|false`` on the error response
+                 (the Anthropic SDK in the claude CLI obeys it)
+  stream_error   after the deltas, end the SSE stream with an error event of this type
+                 instead of a normal end (Anthropic ``event: error``; Gemini: the stream is
+                 cut without a finishReason)
+  stop_reason    Anthropic stop_reason (default ``end_turn``; Gemini: mapped to
+                 finishReason, ``max_tokens`` -> ``MAX_TOKENS``, else ``STOP``)
+  input_tokens / output_tokens   override the usage numbers
+
+Usage numbers are deterministic: input tokens = len(message text) // 4 (the text of
+``messages`` / ``contents`` only, not the system prompt), output tokens = len(answer)//4 + 1.
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import html
+import json
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from aiohttp import web
+
+MARKER = "@@fake "
+JSON_DEFAULT = '{"tool_call":null,"response":"ok"}'
+
+ANTHROPIC_ERRORS = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+ANTHROPIC_ERROR_MESSAGES = {
+    "invalid_request_error": "Invalid request",
+    "authentication_error": "invalid x-api-key",
+    "permission_error": "Your API key does not have permission to use the specified resource.",
+    "not_found_error": "Not found",
+    "rate_limit_error": "Number of requests has exceeded your rate limit.",
+    "api_error": "Internal server error",
+    "overloaded_error": "Overloaded",
+}
+GEMINI_ERRORS = {
+    400: "INVALID_ARGUMENT",
+    401: "UNAUTHENTICATED",
+    403: "PERMISSION_DENIED",
+    404: "NOT_FOUND",
+    429: "RESOURCE_EXHAUSTED",
+    499: "CANCELLED",
+    500: "INTERNAL",
+    501: "NOT_IMPLEMENTED",
+    503: "UNAVAILABLE",
+    504: "DEADLINE_EXCEEDED",
+}
+GEMINI_ERROR_MESSAGES = {
+    "UNAUTHENTICATED": "Request had invalid authentication credentials.",
+    "RESOURCE_EXHAUSTED": "Resource has been exhausted (e.g. check quota).",
+    "INTERNAL": "An internal error has occurred.",
+    "UNAVAILABLE": "The model is overloaded. Please try again later.",
+}
+
+
+# --------------------------------------------------------------------------- helpers
+
+
+def parse_directive(text: str) -> dict[str, Any]:
+    """The object after the LAST ``@@fake `` marker in ``text`` ({} if none/invalid)."""
+    idx = text.rfind(MARKER)
+    if idx < 0:
+        return {}
+    tail = html.unescape(text[idx + len(MARKER) :]).lstrip()
+    try:
+        obj, _ = json.JSONDecoder().raw_decode(tail)
+    except ValueError:
+        return {}
+    return obj if isinstance(obj, dict) else {}
+
+
+def split_text(text: str, n: int) -> list[str]:
+    """``text`` cut into ``n`` (at most len(text)) consecutive pieces; [] when empty."""
+    if not text:
+        return []
+    n = max(1, min(int(n), len(text)))
+    size = -(-len(text) // n)
+    return [text[i : i + size] for i in range(0, len(text), size)]
+
+
+def _texts_of_content(content: Any) -> list[str]:
+    """Text strings in an Anthropic ``content`` (str or list of blocks)."""
+    if isinstance(content, str):
+        return [content]
+    out: list[str] = []
+    if isinstance(content, list):
+        for block in content:
+            if isinstance(block, dict):
+                if isinstance(block.get("text"), str):
+                    out.append(block["text"])
+                elif "content" in block:  # tool_result
+                    out.extend(_texts_of_content(block["content"]))
+    return out
+
+
+def anthropic_texts(body: dict[str, Any]) -> tuple[str, str, str]:
+    """(system text, all message text, last user message text)."""
+    system = "\n".join(_texts_of_content(body.get("system") or []))
+    parts: list[str] = []
+    last_user = ""
+    for msg in body.get("messages") or []:
+        if not isinstance(msg, dict):
+            continue
+        texts = _texts_of_content(msg.get("content"))
+        parts.extend(texts)
+        if msg.get("role") == "user":
+            last_user = "\n".join(texts)
+    return system, "\n".join(parts), last_user
+
+
+def gemini_texts(body: dict[str, Any]) -> tuple[str, str, str]:
+    """(systemInstruction text, all contents text, last user content text)."""
+
+    def parts_text(obj: Any) -> list[str]:
+        if not isinstance(obj, dict):
+            return []
+        return [
+            p["text"]
+            for p in obj.get("parts") or []
+            if isinstance(p, dict) and isinstance(p.get("text"), str)
+        ]
+
+    system = "\n".join(parts_text(body.get("systemInstruction") or body.get("system_instruction")))
+    parts: list[str] = []
+    last_user = ""
+    for content in body.get("contents") or []:
+        texts = parts_text(content)
+        parts.extend(texts)
+        if isinstance(content, dict) and content.get("role", "user") == "user":
+            last_user = "\n".join(texts)
+    return system, "\n".join(parts), last_user
+
+
+@dataclass
+class Plan:
+    """What to answer for one request."""
+
+    directive: dict[str, Any]
+    answer: str
+    chunks: list[str]
+    delay: float
+    initial_delay: float
+    status: int | None
+    input_tokens: int
+    output_tokens: int
+
+    @classmethod
+    def make(cls, all_text: str, last_user: str) -> Plan:
+        d = parse_directive(all_text)
+        if d.get("echo_prompt"):
+            answer = last_user
+        elif isinstance(d.get("answer"), str):
+            answer = d["answer"]
+        else:
+            answer = JSON_DEFAULT if "<json_format>" in all_text else "ok"
+        status = d.get("status")
+        return cls(
+            directive=d,
+            answer=answer,
+            chunks=split_text(answer, int(d.get("chunks", 3))),
+            delay=float(d.get("delay", 0) or 0),
+            initial_delay=float(d.get("initial_delay", 0) or 0),
+            status=int(status) if status not in (None, 200) else None,
+            input_tokens=int(d.get("input_tokens", len(all_text) // 4)),
+            output_tokens=int(d.get("output_tokens", len(answer) // 4 + 1)),
+        )
+
+
+RecordedRequest = dict[str, Any]  # method, path, query, headers, body (parsed JSON or None)
+
+
+@dataclass
+class FakeModelAPI:
+    """A running fake model API; see the module docstring."""
+
+    url: str = ""
+    requests: list[RecordedRequest] = field(default_factory=list)
+    log_unknown: bool = True
+    _runner: web.AppRunner | None = None
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()
+            self._runner = None
+
+    async def __aenter__(self) -> FakeModelAPI:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        await self.close()
+
+    # ------------------------------------------------------------------ recording
+
+    async def _record(self, request: web.Request) -> Any:
+        raw = await request.read()
+        body: Any = None
+        if raw:
+            try:
+                body = json.loads(raw)
+            except ValueError:
+                body = raw.decode("utf-8", "replace")
+        self.requests.append(
+            {
+                "method": request.method,
+                "path": request.path,
+                "query": dict(request.query),
+                "headers": dict(request.headers),
+                "body": body,
+            }
+        )
+        return body
+
+    # ------------------------------------------------------------------ Anthropic
+
+    async def anthropic_messages(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        if not isinstance(body, dict):
+            return self._anthropic_error(400, "request body must be a JSON object", {})
+        _system, all_text, last_user = anthropic_texts(body)
+        plan = Plan.make(all_text, last_user)
+        model = str(body.get("model") or "claude-fake")
+        if plan.initial_delay:
+            await asyncio.sleep(plan.initial_delay)
+        if plan.status is not None:
+            return self._anthropic_error(
+                plan.status, plan.directive.get("error_message"), plan.directive
+            )
+        msg_id = f"msg_fake_{len(self.requests)}"
+        stop_reason = str(plan.directive.get("stop_reason", "end_turn"))
+        if not body.get("stream"):
+            return web.json_response(
+                {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [{"type": "text", "text": plan.answer}],
+                    "stop_reason": stop_reason,
+                    "stop_sequence": None,
+                    "usage": {
+                        "input_tokens": plan.input_tokens,
+                        "output_tokens": plan.output_tokens,
+                    },
+                },
+                headers={"request-id": f"req_fake_{len(self.requests)}"},
+            )
+
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                "request-id": f"req_fake_{len(self.requests)}",
+            }
+        )
+        await resp.prepare(request)
+
+        async def event(name: str, data: dict[str, Any]) -> None:
+            await resp.write(f"event: {name}\ndata: {json.dumps(data)}\n\n".encode())
+
+        await event(
+            "message_start",
+            {
+                "type": "message_start",
+                "message": {
+                    "id": msg_id,
+                    "type": "message",
+                    "role": "assistant",
+                    "model": model,
+                    "content": [],
+                    "stop_reason": None,
+                    "stop_sequence": None,
+                    "usage": {"input_tokens": plan.input_tokens, "output_tokens": 1},
+                },
+            },
+        )
+        await event(
+            "content_block_start",
+            {
+                "type": "content_block_start",
+                "index": 0,
+                "content_block": {"type": "text", "text": ""},
+            },
+        )
+        await event("ping", {"type": "ping"})
+        for i, piece in enumerate(plan.chunks):
+            if i and plan.delay:
+                await asyncio.sleep(plan.delay)
+            await event(
+                "content_block_delta",
+                {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": piece},
+                },
+            )
+        stream_error = plan.directive.get("stream_error")
+        if stream_error:
+            await event(
+                "error",
+                {
+                    "type": "error",
+                    "error": {
+                        "type": str(stream_error),
+                        "message": str(
+                            plan.directive.get("error_message")
+                            or ANTHROPIC_ERROR_MESSAGES.get(str(stream_error), str(stream_error))
+                        ),
+                    },
+                },
+            )
+            await resp.write_eof()
+            return resp
+        await event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        await event(
+            "message_delta",
+            {
+                "type": "message_delta",
+                "delta": {"stop_reason": stop_reason, "stop_sequence": None},
+                "usage": {"output_tokens": plan.output_tokens},
+            },
+        )
+        await event("message_stop", {"type": "message_stop"})
+        await resp.write_eof()
+        return resp
+
+    def _anthropic_error(
+        self, status: int, message: Any, directive: dict[str, Any]
+    ) -> web.Response:
+        etype = ANTHROPIC_ERRORS.get(
+            status, "api_error" if status >= 500 else "invalid_request_error"
+        )
+        headers = {"request-id": f"req_fake_{len(self.requests)}"}
+        if directive.get("retry_after") is not None:
+            headers["retry-after"] = str(directive["retry_after"])
+        if directive.get("should_retry") is not None:
+            headers["x-should-retry"] = "true" if directive["should_retry"] else "false"
+        return web.json_response(
+            {
+                "type": "error",
+                "error": {
+                    "type": etype,
+                    "message": str(message or ANTHROPIC_ERROR_MESSAGES.get(etype, etype)),
+                },
+            },
+            status=status,
+            headers=headers,
+        )
+
+    async def anthropic_count_tokens(self, request: web.Request) -> web.Response:
+        body = await self._record(request)
+        _s, all_text, _u = anthropic_texts(body if isinstance(body, dict) else {})
+        return web.json_response({"input_tokens": len(all_text) // 4})
+
+    # ------------------------------------------------------------------ Gemini
+
+    async def gemini_model_call(self, request: web.Request) -> web.StreamResponse:
+        body = await self._record(request)
+        model, _, method = request.match_info["model_method"].partition(":")
+        if not isinstance(body, dict):
+            body = {}
+        _system, all_text, last_user = gemini_texts(body)
+        if method == "countTokens":
+            return web.json_response({"totalTokens": len(all_text) // 4})
+        if method not in ("generateContent", "streamGenerateContent"):
+            return self._gemini_error(404, f"method {method!r} not found", {})
+        plan = Plan.make(all_text, last_user)
+        if plan.initial_delay:
+            await asyncio.sleep(plan.initial_delay)
+        if plan.status is not None:
+            return self._gemini_error(
+                plan.status, plan.directive.get("error_message"), plan.directive
+            )
+
+        sr = str(plan.directive.get("stop_reason", "end_turn"))
+        finish = {"end_turn": "STOP", "max_tokens": "MAX_TOKENS"}.get(
+            sr, sr if sr.isupper() else "STOP"
+        )
+        usage = {
+            "promptTokenCount": plan.input_tokens,
+            "candidatesTokenCount": plan.output_tokens,
+            "totalTokenCount": plan.input_tokens + plan.output_tokens,
+        }
+        response_id = f"fake_{len(self.requests)}"
+
+        def chunk(text: str, last: bool) -> dict[str, Any]:
+            cand: dict[str, Any] = {
+                "content": {"role": "model", "parts": [{"text": text}]},
+                "index": 0,
+            }
+            out: dict[str, Any] = {
+                "candidates": [cand],
+                "modelVersion": model,
+                "responseId": response_id,
+            }
+            if last:
+                cand["finishReason"] = finish
+                out["usageMetadata"] = usage
+            return out
+
+        if method == "generateContent":
+            return web.json_response(chunk(plan.answer, True))
+
+        pieces = plan.chunks or [""]
+        stream_error = plan.directive.get("stream_error")
+        if request.query.get("alt") != "sse":
+            # JSON-array streaming form (not used by the gemini CLI).
+            return web.json_response(
+                [chunk(p, i == len(pieces) - 1 and not stream_error) for i, p in enumerate(pieces)]
+            )
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        for i, piece in enumerate(pieces):
+            if i and plan.delay:
+                await asyncio.sleep(plan.delay)
+            last = i == len(pieces) - 1 and not stream_error
+            await resp.write(f"data: {json.dumps(chunk(piece, last))}\r\n\r\n".encode())
+        await resp.write_eof()
+        return resp
+
+    def _gemini_error(self, status: int, message: Any, directive: dict[str, Any]) -> web.Response:
+        gstatus = GEMINI_ERRORS.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
+        headers = {}
+        if directive.get("retry_after") is not None:
+            headers["retry-after"] = str(directive["retry_after"])
+        return web.json_response(
+            {
+                "error": {
+                    "code": status,
+                    "message": str(message or GEMINI_ERROR_MESSAGES.get(gstatus, gstatus)),
+                    "status": gstatus,
+                }
+            },
+            status=status,
+            headers=headers,
+        )
+
+    # ------------------------------------------------------------------ fallback
+
+    async def unknown(self, request: web.Request) -> web.Response:
+        await self._record(request)
+        if self.log_unknown:
+            print(
+                f"fake_model_api: unknown {request.method} {request.path_qs}",
+                file=sys.stderr,
+                flush=True,
+            )
+        return web.json_response({})
+
+    def make_app(self) -> web.Application:
+        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app.router.add_post("/v1/messages", self.anthropic_messages)
+        app.router.add_post("/v1/messages/count_tokens", self.anthropic_count_tokens)
+        app.router.add_post(r"/v1beta/models/{model_method:[^/]+}", self.gemini_model_call)
+        app.router.add_post(r"/v1/models/{model_method:[^/]+}", self.gemini_model_call)
+        app.router.add_route("*", "/{tail:.*}", self.unknown)
+        return app
+
+
+async def start_fake_model_api(host: str = "127.0.0.1", port: int = 0) -> FakeModelAPI:
+    """Start the fake model API on ``host:port`` (0: any free port) and return it."""
+    api = FakeModelAPI()
+    runner = web.AppRunner(api.make_app(), access_log=None)
+    await runner.setup()
+    site = web.TCPSite(runner, host, port)
+    await site.start()
+    api._runner = runner
+    sock = site._server.sockets[0]  # type: ignore[union-attr]
+    real_port = sock.getsockname()[1]
+    api.url = f"http://{host}:{real_port}"
+    return api
+
+
+async def _main(host: str, port: int, dump: str | None) -> None:
+    api = await start_fake_model_api(host, port)
+    print(api.url, flush=True)
+    written = -1
+    try:
+        while True:
+            await asyncio.sleep(0.5)
+            if dump and len(api.requests) != written:
+                written = len(api.requests)
+                Path(dump).write_text(json.dumps(api.requests, indent=1))  # noqa: ASYNC240
+    finally:
+        await api.close()
+
+
+def main(argv: list[str] | None = None) -> None:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
+    ap.add_argument("--host", default="127.0.0.1")
+    ap.add_argument("--port", type=int, default=0)
+    ap.add_argument("--dump", help="write the received requests as JSON to this file (every 0.5 s)")
+    args = ap.parse_args(argv)
+    with contextlib.suppress(KeyboardInterrupt):
+        asyncio.run(_main(args.host, args.port, args.dump))
+
+
+if __name__ == "__main__":
+    main()
