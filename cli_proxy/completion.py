@@ -109,7 +109,12 @@ class Completion:
         stdin = self.plan.prompt.encode("utf-8")
         started: CliRun | None = None
         try:
-            async with self.supervisor.run(self.plan.argv, env=self.plan.env, stdin=stdin) as run:
+            async with self.supervisor.run(
+                self.plan.argv,
+                env=self.plan.env,
+                stdin=stdin,
+                prepare=self.plan.backend.prepare_workdir,
+            ) as run:
                 started = run
                 self.outcome.stats = run.stats
                 yield run

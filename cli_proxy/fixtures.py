@@ -164,6 +164,9 @@ class ReplayBackend:
         env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
         return env
 
+    def prepare_workdir(self, path: Path) -> None:
+        pass
+
     def new_parser(self) -> StreamParser:
         return PARSERS[self.fixture.backend]()
 

@@ -17,8 +17,9 @@ import signal
 import sys
 import tempfile
 import time
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import psutil
 
@@ -225,6 +226,7 @@ class Supervisor:
         *,
         env: Mapping[str, str],
         stdin: bytes,
+        prepare: Callable[[Path], None] | None = None,
     ) -> AsyncIterator[CliRun]:
         """Wait for a slot, start the CLI in a fresh empty directory, always clean up."""
         if self._closing:
@@ -247,7 +249,10 @@ class Supervisor:
         run: CliRun | None = None
         cwd = tempfile.mkdtemp(prefix="cli-proxy-")
         try:
-            proc = await _spawn(argv, env, cwd)
+            if prepare is not None:
+                prepare(Path(cwd))
+            # TMPDIR too: CLIs drop error reports there, and those contain the prompt
+            proc = await _spawn(argv, {**env, "TMPDIR": cwd}, cwd)
             run = CliRun(proc, deadline, self.limits)
             run.stats.queue_wait_s = time.monotonic() - started
             self._running.add(run)

@@ -21,6 +21,7 @@ Endpoints:
   body has ``"stream": true`` else one JSON message; ``POST /v1/messages/count_tokens``.
 * Gemini: ``POST /v1beta/models/{model}:streamGenerateContent`` (SSE with ``?alt=sse``,
   else a JSON array), ``:generateContent``, ``:countTokens``.
+* ``HEAD /`` (the claude CLI probes it once at startup): ``200``, empty.
 * Anything else is recorded, logged to stderr and answered ``200 {}``.
 
 What it answers is scripted by the LAST ``@@fake {json}`` directive in the request's
@@ -494,6 +495,11 @@ class FakeModelAPI:
 
     # ------------------------------------------------------------------ fallback
 
+    async def probe(self, request: web.Request) -> web.Response:
+        """``HEAD /``: the claude CLI's connectivity probe at startup (recorded, not logged)."""
+        await self._record(request)
+        return web.Response()
+
     async def unknown(self, request: web.Request) -> web.Response:
         await self._record(request)
         if self.log_unknown:
@@ -510,6 +516,7 @@ class FakeModelAPI:
         app.router.add_post("/v1/messages/count_tokens", self.anthropic_count_tokens)
         app.router.add_post(r"/v1beta/models/{model_method:[^/]+}", self.gemini_model_call)
         app.router.add_post(r"/v1/models/{model_method:[^/]+}", self.gemini_model_call)
+        app.router.add_route("HEAD", "/", self.probe)
         app.router.add_route("*", "/{tail:.*}", self.unknown)
         return app
 

@@ -7,6 +7,7 @@ import re
 import shlex
 from collections.abc import Mapping
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, Protocol
 
 from ..events import CliEvent, Failure
@@ -48,6 +49,9 @@ class Backend(Protocol):
     def argv(self, options: CallOptions) -> list[str]: ...
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]: ...
+
+    def prepare_workdir(self, path: Path) -> None:
+        """Write per-run files (e.g. settings) into the CLI's fresh, empty working directory."""
 
     def new_parser(self) -> StreamParser: ...
 

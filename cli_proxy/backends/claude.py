@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ..events import CliEvent, Failure, TextDelta, UsageReport
@@ -38,7 +39,13 @@ class ClaudeBackend:
         env = scrub_env(base, self.drop_env)
         env.setdefault("DISABLE_AUTOUPDATER", "1")
         env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        # the CLI's default is 10 retries over ~3 minutes of silence; the OpenAI SDKs
+        # retry 429/5xx themselves, honouring Retry-After
+        env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
         return env
+
+    def prepare_workdir(self, path: Path) -> None:
+        pass
 
     def new_parser(self) -> ClaudeParser:
         return ClaudeParser()

@@ -2,11 +2,21 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 from ..events import CliEvent, Failure, TextDelta, UsageReport
 from .base import CallOptions, classify_failure, exit_failure, load_json_line, scrub_env, split_command
+
+
+# Workspace settings (they override the user's): no core tools, so the model cannot act on
+# the host; one attempt, because a retried stream re-prints the text already streamed.
+WORKSPACE_SETTINGS = {
+    "tools": {"core": [], "useRipgrep": False},
+    "general": {"maxAttempts": 1},
+}
 
 
 class GeminiBackend:
@@ -17,10 +27,29 @@ class GeminiBackend:
         self.drop_env = drop_env
 
     def argv(self, options: CallOptions) -> list[str]:
-        return [*self.command, "--output-format", "stream-json", "--model", options.model]
+        return [
+            *self.command,
+            "--output-format",
+            "stream-json",
+            "--model",
+            options.model,
+            # no extension or MCP server may add tools; core tools are off via settings
+            "--extensions",
+            "none",
+            "--allowed-mcp-server-names",
+            "none",
+        ]
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
-        return scrub_env(base, self.drop_env)
+        env = scrub_env(base, self.drop_env)
+        # the working directory is our own empty temp dir; trusting it loads our settings
+        env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
+        return env
+
+    def prepare_workdir(self, path: Path) -> None:
+        settings = path / ".gemini" / "settings.json"
+        settings.parent.mkdir()
+        settings.write_text(json.dumps(WORKSPACE_SETTINGS))
 
     def new_parser(self) -> GeminiParser:
         return GeminiParser()
