@@ -40,7 +40,9 @@ class APIError(Exception):
         super().__init__(message)
         self.status = status
         self.message = message
-        self.type = type or _TYPES.get(status, "server_error" if status >= 500 else "invalid_request_error")
+        self.type = type or _TYPES.get(
+            status, "server_error" if status >= 500 else "invalid_request_error"
+        )
         self.param = param
         self.code = code
         self.headers = headers or {}
@@ -66,7 +68,8 @@ def _is_union_tag(part: object) -> bool:
     return isinstance(part, str) and (
         part in {"system", "developer", "user", "assistant", "tool", "function"}
         or "[" in part
-        or part in {"str", "int", "bool", "float", "NamedToolChoice", "literal['none','auto','required']"}
+        or part
+        in {"str", "int", "bool", "float", "NamedToolChoice", "literal['none','auto','required']"}
         or part.startswith(("function-", "literal["))
     )
 

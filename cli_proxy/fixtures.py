@@ -38,7 +38,14 @@ PARSERS: dict[str, type[ClaudeParser] | type[GeminiParser]] = {
     "claude": ClaudeParser,
     "gemini": GeminiParser,
 }
-_KEY_FIELDS = ("model", "messages", "tools", "tool_choice", "parallel_tool_calls", "response_format")
+_KEY_FIELDS = (
+    "model",
+    "messages",
+    "tools",
+    "tool_choice",
+    "parallel_tool_calls",
+    "response_format",
+)
 
 
 class FixtureError(Exception):
@@ -78,7 +85,7 @@ def load_fixture(path: Path) -> Fixture:
     except ValueError as exc:
         raise FixtureError(f"{path}: fixture is not valid JSON: {exc}") from None
     if not isinstance(data, dict) or data.get("format") != FORMAT:
-        raise FixtureError(f"{path}: not a cli-proxy fixture (missing \"format\": \"{FORMAT}\")")
+        raise FixtureError(f'{path}: not a cli-proxy fixture (missing "format": "{FORMAT}")')
     if data.get("version") != VERSION:
         raise FixtureError(
             f"{path}: fixture version {data.get('version')!r} is not supported (want {VERSION})"
@@ -103,7 +110,9 @@ def _shape_problems(data: dict[str, Any]) -> str:
         return "request must be an object with a model"
     stdout = data.get("stdout")
     if not isinstance(stdout, list) or not all(
-        isinstance(e, dict) and isinstance(e.get("line"), str) and isinstance(e.get("t"), int | float)
+        isinstance(e, dict)
+        and isinstance(e.get("line"), str)
+        and isinstance(e.get("t"), int | float)
         for e in stdout
     ):
         return 'stdout must be a list of {"t": seconds, "line": text}'
@@ -196,7 +205,10 @@ class ReplaySource(PlanSource):
         fixture = self.store.by_key.get(key)
         if fixture is None:
             near = self.store.nearest(normalized)
-            hint = f"; nearest fixture: {near.path.name} ({_first_difference(normalized, near.request)})" if near else ""
+            hint = ""
+            if near is not None:
+                diff = _first_difference(normalized, near.request)
+                hint = f"; nearest fixture: {near.path.name} ({diff})"
             raise APIError(
                 404,
                 f"no recorded fixture matches this request (key {key}){hint}",

@@ -104,13 +104,12 @@ class Gateway:
                 param="tool_choice",
                 code="invalid_value",
             )
-        if choice in ("required",) or isinstance(choice, NamedToolChoice):
-            if not names:
-                raise APIError(
-                    400,
-                    "tool_choice is only allowed when tools are specified",
-                    param="tool_choice",
-                )
+        if (choice == "required" or isinstance(choice, NamedToolChoice)) and not names:
+            raise APIError(
+                400,
+                "tool_choice is only allowed when tools are specified",
+                param="tool_choice",
+            )
         return r
 
     def prompt(self, req: ChatCompletionRequest) -> str:

@@ -302,4 +302,6 @@ async def _spawn(
             code="cli_not_found",
         ) from None
     except PermissionError:
-        raise APIError(503, f"CLI binary is not executable: {argv[0]!r}", code="cli_not_found")
+        raise APIError(
+            503, f"CLI binary is not executable: {argv[0]!r}", code="cli_not_found"
+        ) from None

@@ -49,7 +49,8 @@ JSON_FORMAT_PARALLEL_EXTRA = """
 {"tool_calls":[{"name":"FUNCTION_NAME","arguments":{ARGUMENTS}},{"name":"FUNCTION_NAME","arguments":{ARGUMENTS}}]}"""
 
 BASE_RULES = (
-    "The whole answer is one JSON object on one line, with no code fence and no text before or after it.",
+    "The whole answer is one JSON object on one line, "
+    "with no code fence and no text before or after it.",
     "Function arguments must match the function's parameter schema.",
     "Never simulate, invent or predict a function's result: results arrive later as "
     "tool_result turns.",
@@ -117,8 +118,7 @@ def _choice_rules(req: ChatCompletionRequest, parallel: bool) -> list[str]:
         out.append("A function call is required: the answer must call a function, not reply.")
     elif isinstance(choice, NamedToolChoice):
         out.append(
-            f"The answer must call the function {choice.function.name!r} "
-            "(and no other), not reply."
+            f"The answer must call the function {choice.function.name!r} (and no other), not reply."
         )
     return out
 
@@ -189,11 +189,11 @@ def _history(messages: Sequence[Message]) -> etree._Element:
                     attrs["result"] = "missing"
                 turn("assistant_tool_call", f"{name}({_compact_args(args)})", name=name, **attrs)
         elif isinstance(msg, ToolMessage):
-            name = known.get(msg.tool_call_id)
-            if name is None:
+            called = known.get(msg.tool_call_id)
+            if called is None:
                 turn("tool_result", _flatten(msg.content), id=msg.tool_call_id, orphan="true")
             else:
-                turn("tool_result", _flatten(msg.content), id=msg.tool_call_id, name=name)
+                turn("tool_result", _flatten(msg.content), id=msg.tool_call_id, name=called)
         elif isinstance(msg, FunctionMessage):
             turn("tool_result", _flatten(msg.content), name=msg.name)
     last = hist[-1] if len(hist) else None

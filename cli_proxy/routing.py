@@ -40,12 +40,12 @@ def route(model: str, enabled: frozenset[str]) -> Route | None:
         if backend in enabled and rest:
             return Route(backend, rest)
         return None
-    backend = _ALIASES.get(name.lower())
-    if backend is None:
-        backend = next((b for p, b in _PREFIXES if name.lower().startswith(p)), None)
-    if backend is None or backend not in enabled:
+    owner = _ALIASES.get(name.lower())
+    if owner is None:
+        owner = next((b for p, b in _PREFIXES if name.lower().startswith(p)), None)
+    if owner is None or owner not in enabled:
         return None
-    return Route(backend, name)
+    return Route(owner, name)
 
 
 def listed_models(enabled: frozenset[str]) -> list[tuple[str, str]]:

@@ -11,7 +11,7 @@ they can be reviewed and tested one by one; each carries its own example.
 from __future__ import annotations
 
 import re
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 
@@ -109,5 +109,9 @@ def _keep_case(replacement: str, original: str) -> str:
 def sanitize(text: str, rules: Iterable[Rule] = RULES) -> str:
     """Apply every rule in order, keeping a leading capital where the original had one."""
     for rule in rules:
-        text = rule.pattern.sub(lambda m, r=rule: _keep_case(m.expand(r.replacement), m.group(0)), text)
+        text = rule.pattern.sub(_replacer(rule), text)
     return text
+
+
+def _replacer(rule: Rule) -> Callable[[re.Match[str]], str]:
+    return lambda m: _keep_case(m.expand(rule.replacement), m.group(0))

@@ -27,7 +27,9 @@ STARTED = int(time.time())
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 
-def json_response(body: Any, status: int = 200, headers: dict[str, str] | None = None) -> web.Response:
+def json_response(
+    body: Any, status: int = 200, headers: dict[str, str] | None = None
+) -> web.Response:
     return web.Response(
         body=json.dumps(body, ensure_ascii=False).encode(),
         status=status,

@@ -13,7 +13,11 @@ DONE = b"data: [DONE]\n\n"
 
 
 def encode(payload: dict[str, Any]) -> bytes:
-    return b"data: " + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode() + b"\n\n"
+    return (
+        b"data: "
+        + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
+        + b"\n\n"
+    )
 
 
 class ChunkBuilder:
@@ -55,7 +59,9 @@ class ChunkBuilder:
             }
             return self._chunk({"tool_calls": [call]})
         assert isinstance(ev, ToolCallArgs)
-        return self._chunk({"tool_calls": [{"index": ev.index, "function": {"arguments": ev.fragment}}]})
+        return self._chunk(
+            {"tool_calls": [{"index": ev.index, "function": {"arguments": ev.fragment}}]}
+        )
 
     def finish(self, finish_reason: str) -> bytes:
         return self._chunk({}, finish_reason)

@@ -90,23 +90,64 @@ def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: st
     usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(answer) // 4 + 1}
     failed = bool(spec.get("is_error"))
     if "--include-partial-messages" in argv and not failed:
-        msg = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-               "content": [], "stop_reason": None, "usage": usage}
-        out.emit({"type": "stream_event", "event": {"type": "message_start", "message": msg},
-                  "session_id": session})
-        out.emit({"type": "stream_event", "event": {"type": "content_block_start", "index": 0,
-                  "content_block": {"type": "text", "text": ""}}, "session_id": session})
+        msg = {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [],
+            "stop_reason": None,
+            "usage": usage,
+        }
+        out.emit(
+            {
+                "type": "stream_event",
+                "event": {"type": "message_start", "message": msg},
+                "session_id": session,
+            }
+        )
+        out.emit(
+            {
+                "type": "stream_event",
+                "event": {
+                    "type": "content_block_start",
+                    "index": 0,
+                    "content_block": {"type": "text", "text": ""},
+                },
+                "session_id": session,
+            }
+        )
         for piece in split(answer, int(spec.get("chunks", 3))):  # type: ignore[call-overload]
-            out.emit({"type": "stream_event", "event": {"type": "content_block_delta", "index": 0,
-                      "delta": {"type": "text_delta", "text": piece}}, "session_id": session})
-        out.emit({"type": "stream_event", "event": {"type": "content_block_stop", "index": 0},
-                  "session_id": session})
+            out.emit(
+                {
+                    "type": "stream_event",
+                    "event": {
+                        "type": "content_block_delta",
+                        "index": 0,
+                        "delta": {"type": "text_delta", "text": piece},
+                    },
+                    "session_id": session,
+                }
+            )
+        out.emit(
+            {
+                "type": "stream_event",
+                "event": {"type": "content_block_stop", "index": 0},
+                "session_id": session,
+            }
+        )
     text = str(spec.get("error_message", "API Error: 500 internal error")) if failed else answer
     assistant: dict[str, object] = {
         "type": "assistant",
-        "message": {"id": "msg_fake", "type": "message", "role": "assistant", "model": model,
-                    "content": [{"type": "text", "text": text}], "stop_reason": None,
-                    "usage": usage},
+        "message": {
+            "id": "msg_fake",
+            "type": "message",
+            "role": "assistant",
+            "model": model,
+            "content": [{"type": "text", "text": text}],
+            "stop_reason": None,
+            "usage": usage,
+        },
         "parent_tool_use_id": None,
         "session_id": session,
         "uuid": str(uuid.uuid4()),
@@ -144,18 +185,37 @@ def run_gemini(argv: list[str], prompt: str, spec: dict[str, object], answer: st
     failed = bool(spec.get("is_error"))
     if not failed:
         for piece in split(answer, int(spec.get("chunks", 3))):  # type: ignore[call-overload]
-            out.emit({"type": "message", "timestamp": stamp, "role": "assistant",
-                      "content": piece, "delta": True})
+            out.emit(
+                {
+                    "type": "message",
+                    "timestamp": stamp,
+                    "role": "assistant",
+                    "content": piece,
+                    "delta": True,
+                }
+            )
     if spec.get("no_result"):
         return
-    stats = {"total_tokens": 0, "input_tokens": len(prompt) // 4,
-             "output_tokens": len(answer) // 4 + 1, "cached": 0, "duration_ms": 5, "tool_calls": 0}
+    stats = {
+        "total_tokens": 0,
+        "input_tokens": len(prompt) // 4,
+        "output_tokens": len(answer) // 4 + 1,
+        "cached": 0,
+        "duration_ms": 5,
+        "tool_calls": 0,
+    }
     stats["total_tokens"] = stats["input_tokens"] + stats["output_tokens"]
-    result: dict[str, object] = {"type": "result", "timestamp": stamp,
-                                 "status": "error" if failed else "success", "stats": stats}
+    result: dict[str, object] = {
+        "type": "result",
+        "timestamp": stamp,
+        "status": "error" if failed else "success",
+        "stats": stats,
+    }
     if failed:
-        result["error"] = {"type": "Error",
-                           "message": str(spec.get("error_message", "internal error"))}
+        result["error"] = {
+            "type": "Error",
+            "message": str(spec.get("error_message", "internal error")),
+        }
     out.emit(result)
 
 

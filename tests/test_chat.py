@@ -80,7 +80,9 @@ async def test_parallel_tool_calls(served: Served) -> None:
         }
     )
     r = await served.client.chat.completions.create(
-        model="sonnet", messages=user(fake(answer=answer)), tools=[WEATHER, TIME]  # type: ignore[list-item]
+        model="sonnet",
+        messages=user(fake(answer=answer)),
+        tools=[WEATHER, TIME],  # type: ignore[list-item]
     )
     calls = r.choices[0].message.tool_calls or []
     assert [c.function.name for c in calls] == ["get_weather", "get_time"]  # type: ignore[union-attr]
@@ -90,7 +92,9 @@ async def test_parallel_tool_calls(served: Served) -> None:
 async def test_reply_with_tools(served: Served) -> None:
     answer = '```json\n{"tool_call": null, "response": "No tool needed \\u00e9"}\n```'
     r = await served.client.chat.completions.create(
-        model="claude-sonnet-4-6", messages=user(fake(answer=answer)), tools=[WEATHER]  # type: ignore[list-item]
+        model="claude-sonnet-4-6",
+        messages=user(fake(answer=answer)),
+        tools=[WEATHER],  # type: ignore[list-item]
     )
     assert r.choices[0].message.content == "No tool needed \u00e9"
     assert r.choices[0].finish_reason == "stop"
@@ -146,7 +150,7 @@ async def test_stream_tool_call_matches_non_stream(served: Served, model: str) -
     answer = json.dumps(
         {
             "tool_calls": [
-                {"name": "get_weather", "arguments": {"city": "Paris \"Ville\" \u00e9"}},
+                {"name": "get_weather", "arguments": {"city": 'Paris "Ville" \u00e9'}},
                 {"name": "get_time", "arguments": {}},
             ]
         }
@@ -164,7 +168,8 @@ async def test_stream_tool_call_matches_non_stream(served: Served, model: str) -
     got = final.choices[0].message.tool_calls or []
     assert final.choices[0].finish_reason == "tool_calls"
     assert [(c.function.name, c.function.arguments) for c in got] == [  # type: ignore[union-attr]
-        (c.function.name, c.function.arguments) for c in want  # type: ignore[union-attr]
+        (c.function.name, c.function.arguments)
+        for c in want  # type: ignore[union-attr]
     ]
 
 
@@ -186,7 +191,9 @@ async def test_stream_include_usage(served: Served) -> None:
 async def test_stream_failure_mid_stream_raises(served: Served) -> None:
     stream = await served.client.chat.completions.create(
         model="claude-sonnet-4-6",
-        messages=user(fake(is_error=True, api_error_status=429, error_message="API Error: 429 rate limited")),
+        messages=user(
+            fake(is_error=True, api_error_status=429, error_message="API Error: 429 rate limited")
+        ),
         stream=True,
     )
     with pytest.raises(openai.APIError, match="429"):
@@ -238,11 +245,24 @@ async def test_content_parts_and_history(served: Served) -> None:
         model="claude-sonnet-4-6",
         messages=[
             {"role": "system", "content": "You are a helpful agent."},
-            {"role": "user", "content": [{"type": "text", "text": "look"},
-                                         {"type": "image_url", "image_url": {"url": "data:x"}}]},
-            {"role": "assistant", "content": None, "tool_calls": [
-                {"id": "call_a", "type": "function",
-                 "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'}}]},
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "look"},
+                    {"type": "image_url", "image_url": {"url": "data:x"}},
+                ],
+            },
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "call_a",
+                        "type": "function",
+                        "function": {"name": "get_weather", "arguments": '{"city":"Oslo"}'},
+                    }
+                ],
+            },
             {"role": "tool", "tool_call_id": "call_a", "content": "rain"},
             {"role": "user", "content": fake(echo_prompt=True)},
         ],

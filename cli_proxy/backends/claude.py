@@ -7,7 +7,14 @@ from pathlib import Path
 from typing import Any
 
 from ..events import CliEvent, Failure, TextDelta, UsageReport
-from .base import CallOptions, classify_failure, exit_failure, load_json_line, scrub_env, split_command
+from .base import (
+    CallOptions,
+    classify_failure,
+    exit_failure,
+    load_json_line,
+    scrub_env,
+    split_command,
+)
 
 
 class ClaudeBackend:

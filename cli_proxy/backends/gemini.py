@@ -8,8 +8,14 @@ from pathlib import Path
 from typing import Any
 
 from ..events import CliEvent, Failure, TextDelta, UsageReport
-from .base import CallOptions, classify_failure, exit_failure, load_json_line, scrub_env, split_command
-
+from .base import (
+    CallOptions,
+    classify_failure,
+    exit_failure,
+    load_json_line,
+    scrub_env,
+    split_command,
+)
 
 # Workspace settings (they override the user's): no core tools, so the model cannot act on
 # the host; one attempt, because a retried stream re-prints the text already streamed.
