@@ -72,6 +72,11 @@ def scrub_env(base: Mapping[str, str], drop: frozenset[str] = frozenset()) -> di
     }
 
 
+def as_int(value: Any) -> int:
+    """A token count from untrusted JSON: anything but a real int counts as 0."""
+    return value if isinstance(value, int) and not isinstance(value, bool) else 0
+
+
 def load_json_line(line: bytes) -> dict[str, Any] | None:
     """One stream-json line as a dict, or None for blank lines and non-JSON noise."""
     line = line.strip()
@@ -93,12 +98,18 @@ _AUTH = re.compile(
     re.I,
 )
 _OVERLOAD = re.compile(r"\b529\b|\b503\b|overloaded|unavailable", re.I)
+_TOO_LONG = re.compile(
+    r"prompt is too long|context length|context window|input token count.*exceeds|too many tokens",
+    re.I,
+)
 _TIMEOUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.I)
 
 
 def classify_failure(message: str, default_status: int = 502) -> Failure:
     """Map a CLI error message to the HTTP status an OpenAI client acts on."""
     message = message.strip() or "the CLI failed without a message"
+    if _TOO_LONG.search(message):
+        return Failure(400, message, "context_length_exceeded")
     if _RATE.search(message):
         return Failure(429, message, "rate_limit_exceeded")
     if _AUTH.search(message):

@@ -9,6 +9,7 @@ from typing import Any
 from ..events import CliEvent, Failure, TextDelta, UsageReport
 from .base import (
     CallOptions,
+    as_int,
     classify_failure,
     exit_failure,
     load_json_line,
@@ -67,10 +68,9 @@ class ClaudeParser:
     """
 
     def __init__(self) -> None:
-        self._deltas_since_message = False
+        self._streamed = ""  # text sent as deltas since the last whole assistant message
         self._text_seen = False
         self._failed = False
-        self._result_seen = False
 
     def feed(self, line: bytes) -> list[CliEvent]:
         obj = load_json_line(line)
@@ -92,44 +92,42 @@ class ClaudeParser:
         if isinstance(delta, dict) and delta.get("type") == "text_delta":
             text = delta.get("text")
             if isinstance(text, str) and text:
-                self._deltas_since_message = True
+                self._streamed += text
                 self._text_seen = True
                 return [TextDelta(text)]
         return []
 
     def _assistant(self, obj: dict[str, Any]) -> list[CliEvent]:
         message = obj.get("message")
-        if self._deltas_since_message:
-            self._deltas_since_message = False
+        streamed, self._streamed = self._streamed, ""
+        if obj.get("error") or not isinstance(message, dict):
+            # API errors arrive as a synthetic assistant message; the result line that
+            # follows carries is_error and the same text, which becomes the failure.
             return []
-        if not isinstance(message, dict):
-            return []
+        blocks = message.get("content")
         text = "".join(
-            block.get("text", "")
-            for block in message.get("content") or []
-            if isinstance(block, dict) and block.get("type") == "text"
+            block["text"]
+            for block in (blocks if isinstance(blocks, list) else [])
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
         )
-        if obj.get("error"):
-            # API errors surface as a synthetic assistant message; the result line follows
-            # with is_error, so hold the text back for the failure message.
-            return []
+        # The whole message repeats what the deltas carried. After a mid-stream API error
+        # the CLI re-asks without streaming: only text beyond what was streamed is new.
+        if streamed:
+            text = text[len(streamed) :] if text.startswith(streamed) else ""
         if text:
             self._text_seen = True
             return [TextDelta(text)]
         return []
 
     def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
-        self._result_seen = True
         events: list[CliEvent] = []
-        usage = obj.get("usage")
-        if isinstance(usage, dict):
-            prompt = sum(
-                _int(usage.get(k))
-                for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
-            )
-            events.append(UsageReport(prompt, _int(usage.get("output_tokens"))))
+        usage = _usage(obj)
+        if usage is not None:
+            events.append(usage)
         result_text = obj.get("result")
-        if obj.get("is_error") or (obj.get("subtype") not in (None, "success")):
+        if obj.get("is_error") or obj.get("subtype") not in (None, "success"):
             self._failed = True
             message = result_text if isinstance(result_text, str) and result_text else ""
             message = message or str(obj.get("subtype") or "the CLI reported an error")
@@ -161,10 +159,30 @@ def _client_status(upstream: int) -> int:
         return 429
     if upstream in (503, 529):
         return 503
-    if upstream == 400:
+    if upstream in (400, 413):
         return 400
     return 502
 
 
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
+def _usage(obj: dict[str, Any]) -> UsageReport | None:
+    """Token counts from result.usage, else the per-model totals in modelUsage."""
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        prompt = sum(
+            as_int(usage.get(k))
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        completion = as_int(usage.get("output_tokens"))
+        if prompt or completion:
+            return UsageReport(prompt, completion)
+    per_model = obj.get("modelUsage")
+    if isinstance(per_model, dict) and per_model:
+        models = [m for m in per_model.values() if isinstance(m, dict)]
+        prompt = sum(
+            as_int(m.get(k))
+            for m in models
+            for k in ("inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+        )
+        completion = sum(as_int(m.get("outputTokens")) for m in models)
+        return UsageReport(prompt, completion)
+    return UsageReport(0, 0) if isinstance(usage, dict) else None

@@ -10,6 +10,7 @@ from typing import Any
 from ..events import CliEvent, Failure, TextDelta, UsageReport
 from .base import (
     CallOptions,
+    as_int,
     classify_failure,
     exit_failure,
     load_json_line,
@@ -90,7 +91,7 @@ class GeminiParser:
         stats = obj.get("stats")
         if isinstance(stats, dict):
             events.append(
-                UsageReport(_int(stats.get("input_tokens")), _int(stats.get("output_tokens")))
+                UsageReport(as_int(stats.get("input_tokens")), as_int(stats.get("output_tokens")))
             )
         if obj.get("status") not in (None, "success"):
             events.extend(self._fail(_message(obj)))
@@ -122,7 +123,3 @@ def _message(obj: dict[str, Any]) -> str:
         return err
     msg = obj.get("message")
     return msg if isinstance(msg, str) and msg else "gemini reported an error"
-
-
-def _int(value: Any) -> int:
-    return value if isinstance(value, int) else 0
