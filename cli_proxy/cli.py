@@ -128,7 +128,16 @@ def main(argv: list[str] | None = None) -> int:
         print(f"cli-proxy: invalid settings: {exc}", file=sys.stderr)
         return 2
     configure(settings.log_level, bool(settings.log_json))
-    asyncio.run(serve(settings))
+    from .fixtures import FixtureError
+
+    try:
+        asyncio.run(serve(settings))
+    except FixtureError as exc:
+        print(f"cli-proxy: {exc}", file=sys.stderr)
+        return 2
+    except OSError as exc:  # e.g. the port is taken
+        print(f"cli-proxy: cannot serve on {settings.host}:{settings.port}: {exc}", file=sys.stderr)
+        return 2
     return 0
 
 

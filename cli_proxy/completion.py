@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .answer import AnswerEvent, AnswerParser, ContentDelta, ToolCallArgs, ToolCallStart
 from .backends.base import Backend, CallOptions
 from .errors import APIError
-from .events import CliEvent, Failure, TextDelta, UsageReport
+from .events import CliEvent, Failure, UsageReport
 from .process import CliRun, RunStats, Supervisor
 from .protocol import (
     ChatCompletion,
@@ -125,22 +125,26 @@ class Completion:
     async def events(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
         parser = self.plan.backend.new_parser()
         answer = AnswerParser(self.plan.ids.next_call_id) if self.plan.tools_active else None
+        failure: Failure | None = None
 
         def consume(cli_events: list[CliEvent]) -> list[AnswerEvent]:
+            nonlocal failure
             out: list[AnswerEvent] = []
             for ev in cli_events:
-                if isinstance(ev, TextDelta):
-                    out.extend(answer.feed(ev.text) if answer else [ContentDelta(ev.text)])
+                if isinstance(ev, Failure):
+                    failure = failure or ev
                 elif isinstance(ev, UsageReport):
                     self.outcome.usage = Usage(
                         prompt_tokens=ev.prompt_tokens,
                         completion_tokens=ev.completion_tokens,
                         total_tokens=ev.prompt_tokens + ev.completion_tokens,
                     )
-                elif isinstance(ev, Failure):
-                    raise APIError(ev.status, ev.message, code=ev.code)
+                elif failure is None:
+                    out.extend(answer.feed(ev.text) if answer else [ContentDelta(ev.text)])
             return out
 
+        # After a failure the CLI is left to exit by itself (it is about to), so its
+        # exit code and stderr are known and the run can be recorded faithfully.
         async for line in run.lines():
             if self.sink is not None:
                 self.sink.line(line)
@@ -149,6 +153,8 @@ class Completion:
         code = await run.wait()
         for out in consume(parser.finish(code, run.stderr)):
             yield out
+        if failure is not None:
+            raise APIError(failure.status, failure.message, code=failure.code)
         if answer is not None:
             for out in answer.finish():
                 yield out

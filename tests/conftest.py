@@ -17,6 +17,8 @@ from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.server import create_app
 
+pytest_plugins = ["pytester"]
+
 HERE = Path(__file__).resolve().parent
 FAKE_CLI = HERE / "fake_cli.py"
 
