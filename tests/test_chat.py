@@ -273,3 +273,32 @@ async def test_content_parts_and_history(served: Served) -> None:
     assert "[image omitted" in prompt
     assert 'get_weather({"city":"Oslo"})' in prompt
     assert 'role="tool_result" id="call_a" name="get_weather">rain<' in prompt
+
+
+async def test_models_endpoints(served: Served) -> None:
+    models = await served.client.models.list()
+    ids = [m.id for m in models.data]
+    assert "claude-sonnet-4-6" in ids and "gemini-2.5-flash" in ids
+    assert all(m.object == "model" and m.owned_by in ("claude", "gemini") for m in models.data)
+    one = await served.client.models.retrieve("sonnet")
+    assert one.id == "sonnet" and one.owned_by == "claude"
+    import aiohttp
+
+    async with aiohttp.ClientSession() as s:
+        for path in ("claude/claude-opus-4-6", "claude%2Fclaude-opus-4-6"):
+            async with s.get(f"{served.base_url}/models/{path}") as r:
+                assert r.status == 200 and r.content_type == "application/json"
+                assert (await r.json())["id"] == "claude/claude-opus-4-6"
+        async with s.get(f"{served.base_url}/models/gpt-4o") as r:
+            assert r.status == 404
+            assert (await r.json())["error"]["code"] == "model_not_found"
+        async with s.get(str(served.server.make_url("/health"))) as r:
+            body = await r.json()
+            assert r.status == 200 and body["status"] == "ok" and body["running"] == 0
+
+
+async def test_backend_selection_by_prefix(served: Served) -> None:
+    r = await served.client.chat.completions.create(
+        model="gemini/gemini-2.5-pro", messages=user(fake(answer="via gemini"))
+    )
+    assert r.choices[0].message.content == "via gemini" and r.model == "gemini/gemini-2.5-pro"
