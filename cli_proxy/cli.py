@@ -81,8 +81,9 @@ def make_gateway(settings: Settings) -> tuple[Gateway, str]:
             settings.replay_dir = fixtures
             source = ReplaySource.load(fixtures, settings)
             mode = (
-                f"no CLI found on PATH ({', '.join(missing)}): replay mode, answering from "
-                f"{len(source.store)} recorded fixtures in {fixtures}"
+                f"no CLI found ({', '.join(missing)} not on PATH): REPLAY MODE, serving "
+                f"{len(source.store)} recorded fixtures from {fixtures}; install a CLI or set "
+                "--claude-bin / --gemini-bin to answer live"
             )
         else:
             settings.backends = live
