@@ -59,6 +59,9 @@ class ResponseIds:
 class LineSink:
     """Receives every stdout line with its time offset (the recorder implements it)."""
 
+    def spawned(self) -> None:
+        """The process has started: line times count from here, not from queueing."""
+
     def line(self, data: bytes) -> None: ...
 
     def done(self, exit_code: int | None, stderr: str, stats: RunStats) -> None: ...
@@ -117,6 +120,8 @@ class Completion:
             ) as run:
                 started = run
                 self.outcome.stats = run.stats
+                if self.sink is not None:
+                    self.sink.spawned()
                 yield run
         finally:
             if self.sink is not None and started is not None:

@@ -254,6 +254,9 @@ class RecordingSink(LineSink):
         self.started = time.monotonic()
         self.lines: list[dict[str, Any]] = []
 
+    def spawned(self) -> None:
+        self.started = time.monotonic()
+
     def line(self, data: bytes) -> None:
         t = round(time.monotonic() - self.started, 4)
         self.lines.append({"t": t, "line": data.decode("utf-8", "replace").rstrip("\r\n")})

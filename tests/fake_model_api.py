@@ -29,7 +29,7 @@ message text (our prompt is XML-escaped by the gateway, so the text after the ma
 ``html.unescape``-d, then the object is read with ``json.JSONDecoder().raw_decode``):
 
   answer         the model's text (default ``{"tool_call":null,"response":"ok"}`` when the
-                 prompt contains ``<json_format>``, else ``ok``)
+                 prompt contains ``<json_format>``, else ``Hi! How can I help you today?``)
   echo_prompt    answer with the text of the last user message instead
   chunks         split the answer into this many text deltas (default 3)
   delay          seconds to sleep between deltas (default 0)
@@ -68,6 +68,7 @@ from aiohttp import web
 
 MARKER = "@@fake "
 JSON_DEFAULT = '{"tool_call":null,"response":"ok"}'
+TEXT_DEFAULT = "Hi! How can I help you today?"
 
 ANTHROPIC_ERRORS = {
     400: "invalid_request_error",
@@ -209,7 +210,7 @@ class Plan:
         elif isinstance(d.get("answer"), str):
             answer = d["answer"]
         else:
-            answer = JSON_DEFAULT if "<json_format>" in all_text else "ok"
+            answer = JSON_DEFAULT if "<json_format>" in all_text else TEXT_DEFAULT
         status = d.get("status")
         return cls(
             directive=d,
@@ -544,7 +545,7 @@ async def _main(host: str, port: int, dump: str | None) -> None:
             await asyncio.sleep(0.5)
             if dump and len(api.requests) != written:
                 written = len(api.requests)
-                Path(dump).write_text(json.dumps(api.requests, indent=1))  # noqa: ASYNC240
+                Path(dump).write_text(json.dumps(api.requests, indent=1))
     finally:
         await api.close()
 

@@ -265,7 +265,11 @@ def test_pytest_plugin_fixture(pytester: pytest.Pytester, tmp_path: Path) -> Non
     shipped = Path(__file__).resolve().parent.parent / "fixtures"
     if not any(shipped.glob("*.json")):
         pytest.skip("no shipped fixtures")
-    data = json.loads(sorted(shipped.glob("claude-*.json"))[0].read_text())
+    data = next(
+        d
+        for d in (json.loads(p.read_text()) for p in sorted(shipped.glob("*.json")))
+        if d["exit_code"] == 0
+    )
     pytester.makeini(f"[pytest]\ncli_proxy_fixtures = {shipped}\n")
     pytester.makepyfile(
         test_user=f"""
