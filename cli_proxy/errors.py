@@ -55,7 +55,12 @@ class APIError(Exception):
 def from_validation_error(exc: ValidationError) -> APIError:
     """First pydantic error as a 400 whose ``param`` names the offending field path."""
     err = exc.errors(include_url=False)[0]
-    loc = [str(p) for p in err["loc"] if not _is_union_tag(p)]
+    loc = _field_path(err["loc"])
+    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
+        # a bad or missing ``role``: pydantic reports it on the message, not on the field
+        tag = str((err.get("ctx") or {}).get("discriminator", "")).strip("'\"")
+        if tag:
+            loc.append(tag)
     param = _dotted(loc) or None
     msg = err["msg"]
     if param:
@@ -63,15 +68,28 @@ def from_validation_error(exc: ValidationError) -> APIError:
     return APIError(400, msg, param=param, code="invalid_value")
 
 
-def _is_union_tag(part: object) -> bool:
-    # pydantic inserts discriminator/union member names ("user", "str", "list[...]") in loc
-    return isinstance(part, str) and (
-        part in {"system", "developer", "user", "assistant", "tool", "function"}
-        or "[" in part
-        or part
-        in {"str", "int", "bool", "float", "NamedToolChoice", "literal['none','auto','required']"}
-        or part.startswith(("function-", "literal["))
-    )
+_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
+_MEMBERS = frozenset(
+    {"str", "int", "bool", "float", "NamedToolChoice", "TextPart", "ImagePart", "RefusalPart"}
+    | {"OtherPart"}
+)
+
+
+def _field_path(loc: tuple[int | str, ...]) -> list[str]:
+    """The loc without the union member names pydantic inserts ("user", "str", "list[...]").
+
+    A role name is a tag only right after ``messages[i]``; elsewhere ("function" in
+    ``tools[0].function.name``) it is a real field.
+    """
+    out: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, str):
+            if i == 2 and loc[0] == "messages" and isinstance(loc[1], int) and part in _ROLES:
+                continue
+            if part in _MEMBERS or "[" in part or part.startswith(("function-", "literal[")):
+                continue
+        out.append(str(part))
+    return out
 
 
 def _dotted(loc: list[str]) -> str:

@@ -28,15 +28,37 @@ from .errors import APIError
 _STDOUT_LIMIT = 64 * 1024 * 1024  # one stream-json line may carry a whole long answer
 _STDERR_KEEP = 64 * 1024
 _PR_SET_PDEATHSIG = 1
+_POLL_S = 0.05
+_PIPE_GRACE_S = 1.0  # after the CLI exited: how long its pipes may stay open
 
 
-def _die_with_parent() -> None:  # pragma: no cover - runs in the child between fork and exec
-    """Linux: the CLI gets SIGKILL if the gateway dies, even by ``kill -9``."""
+def _load_prctl() -> Callable[..., int] | None:
+    if sys.platform != "linux":
+        return None
     try:
-        libc = ctypes.CDLL(None, use_errno=True)
-        libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-    except Exception:
-        pass
+        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
+    except (OSError, AttributeError):
+        return None
+    return fn
+
+
+# Resolved once in the parent: the code between fork and exec must not dlopen (other
+# threads may hold the loader lock at fork time).
+_PRCTL = _load_prctl()
+
+
+def _die_with(parent: int) -> Callable[[], None] | None:
+    """Linux: the CLI gets SIGKILL if the gateway dies, even by ``kill -9``."""
+    prctl = _PRCTL
+    if prctl is None:
+        return None
+
+    def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
+        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if os.getppid() != parent:  # the gateway died before prctl took effect
+            os.kill(os.getpid(), signal.SIGKILL)
+
+    return preexec
 
 
 @dataclass(slots=True)
@@ -68,10 +90,24 @@ class CliRun:
         self._stderr = bytearray()
         self._started = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
+        self._watcher: asyncio.Task[None] | None = None
 
     def _start_io(self, stdin_data: bytes) -> None:
         self._tasks.append(asyncio.create_task(self._feed_stdin(stdin_data)))
         self._tasks.append(asyncio.create_task(self._drain_stderr()))
+        self._watcher = asyncio.create_task(self._watch_exit())
+
+    async def _watch_exit(self) -> None:
+        """Once the CLI itself has exited, whatever is left in its process group is a
+        leftover (a child it did not wait for). Such a child inherits the CLI's pipes and
+        would hold the answer open until the idle timeout, so it is killed; pipes still
+        held after that (by something that left the group) are closed on our side."""
+        # polled: proc.wait() would also wait for the pipes a leftover child may hold
+        while self.proc.returncode is None:  # noqa: ASYNC110
+            await asyncio.sleep(_POLL_S)
+        await sweep_group(self.proc.pid, self.limits.kill_grace_s)
+        await asyncio.sleep(_PIPE_GRACE_S)
+        _close_pipes(self.proc)
 
     async def _feed_stdin(self, data: bytes) -> None:
         stdin = self.proc.stdin
@@ -117,6 +153,8 @@ class CliRun:
                 await self.kill()
                 raise APIError(502, f"the CLI printed an oversized line: {exc}") from None
             if not line:
+                if self.stats.killed == "shutdown":
+                    raise APIError(503, "the gateway is shutting down", code="shutting_down")
                 return
             if self.stats.first_byte_s is None:
                 self.stats.first_byte_s = time.monotonic() - self._started
@@ -151,38 +189,104 @@ class CliRun:
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
     async def close(self) -> None:
-        """Always called: kills a still-running tree and reaps it."""
-        if self.proc.returncode is None or _has_children(self.proc.pid):
-            if self.stats.killed is None and self.proc.returncode is None:
-                self.stats.killed = "cancelled"
-            await asyncio.shield(self.kill())
+        """Always called: kills a still-running tree and reaps it, or the leftovers of a
+        finished one."""
+        try:
+            if self.proc.returncode is None:
+                if self.stats.killed is None:
+                    self.stats.killed = "cancelled"
+                await asyncio.shield(self.kill())
+            else:
+                await asyncio.shield(sweep_group(self.proc.pid, self.limits.kill_grace_s))
+        finally:
+            if self._watcher is not None:
+                self._watcher.cancel()
         self.stats.duration_s = time.monotonic() - self._started
         self.stats.stderr = self.stderr
         if self.proc.returncode is not None and self.stats.exit_code is None:
             self.stats.exit_code = self.proc.returncode
 
 
-def _has_children(pid: int) -> bool:
+def _alive(p: psutil.Process) -> bool:
     try:
-        return bool(psutil.Process(pid).children(recursive=True))
+        return p.is_running() and p.status() != psutil.STATUS_ZOMBIE
     except psutil.Error:
         return False
 
 
-async def kill_tree(proc: asyncio.subprocess.Process, grace_s: float) -> None:
-    procs: list[psutil.Process] = []
+def _group_members(pgid: int) -> list[psutil.Process]:
+    """Live processes in process group ``pgid`` (a /proc scan: only when it is non-empty)."""
     try:
-        root = psutil.Process(proc.pid)
-        procs = [root, *root.children(recursive=True)]
-    except psutil.Error:
-        pass
-    _signal_all(proc.pid, procs, signal.SIGTERM)
-    loop = asyncio.get_running_loop()
-    _gone, alive = await loop.run_in_executor(None, lambda: psutil.wait_procs(procs, grace_s))
-    if alive or proc.returncode is None:
-        _signal_all(proc.pid, alive, signal.SIGKILL)
-    with contextlib.suppress(ProcessLookupError):
-        await asyncio.wait_for(proc.wait(), timeout=max(grace_s, 5.0))
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return []
+    members = []
+    for p in psutil.process_iter():
+        with contextlib.suppress(psutil.Error, OSError):
+            if os.getpgid(p.pid) == pgid and p.status() != psutil.STATUS_ZOMBIE:
+                members.append(p)
+    return members
+
+
+def _survivors(pgid: int, procs: Sequence[psutil.Process]) -> list[psutil.Process]:
+    found = {p.pid: p for p in procs if _alive(p)}
+    for p in _group_members(pgid):
+        found.setdefault(p.pid, p)
+    return list(found.values())
+
+
+def _wait_gone(pgid: int, procs: Sequence[psutil.Process], timeout: float) -> list[psutil.Process]:
+    deadline = time.monotonic() + timeout
+    while (left := _survivors(pgid, procs)) and time.monotonic() < deadline:
+        time.sleep(0.02)
+    return left
+
+
+async def _terminate(pgid: int, procs: Sequence[psutil.Process], grace_s: float) -> None:
+    """SIGTERM the group and ``procs``, SIGKILL whatever is still alive after the grace."""
+    _signal_all(pgid, procs, signal.SIGTERM)
+    alive = await asyncio.to_thread(_wait_gone, pgid, procs, grace_s)
+    if alive:
+        _signal_all(pgid, alive, signal.SIGKILL)
+
+
+async def kill_tree(proc: asyncio.subprocess.Process, grace_s: float) -> None:
+    """Kill the CLI, its process group and every descendant found; wait until it is reaped."""
+    procs: list[psutil.Process] = []
+    if proc.returncode is None:  # not reaped yet: its pid cannot belong to anyone else
+        try:
+            root = psutil.Process(proc.pid)
+            procs = [root, *root.children(recursive=True)]
+        except psutil.Error:
+            pass
+    await _terminate(proc.pid, procs, grace_s)
+    deadline = time.monotonic() + max(grace_s, 5.0)
+    # not proc.wait(): that also waits for the pipes, which an escaped child may hold
+    while proc.returncode is None and time.monotonic() < deadline:  # noqa: ASYNC110
+        await asyncio.sleep(0.01)
+
+
+async def sweep_group(pgid: int, grace_s: float) -> None:
+    """Kill what is left in an exited CLI's process group (children it left running).
+
+    The group id stays reserved while any member lives, so it cannot name someone else's
+    group; once empty this is one failing ``killpg``.
+    """
+    try:
+        os.killpg(pgid, 0)
+    except (ProcessLookupError, PermissionError):
+        return
+    await _terminate(pgid, [], grace_s)
+
+
+def _close_pipes(proc: asyncio.subprocess.Process) -> None:
+    transport = getattr(proc, "_transport", None)
+    if transport is None:
+        return
+    for fd in (0, 1, 2):
+        pipe = transport.get_pipe_transport(fd)
+        if pipe is not None and not pipe.is_closing():
+            pipe.close()
 
 
 def _signal_all(pgid: int, procs: Sequence[psutil.Process], sig: int) -> None:
@@ -249,6 +353,8 @@ class Supervisor:
         run: CliRun | None = None
         cwd = tempfile.mkdtemp(prefix="cli-proxy-")
         try:
+            if self._closing:  # shut down while this request waited in the queue
+                raise APIError(503, "the gateway is shutting down", code="shutting_down")
             if prepare is not None:
                 prepare(Path(cwd))
             # TMPDIR too: CLIs drop error reports there, and those contain the prompt
@@ -256,14 +362,20 @@ class Supervisor:
             run = CliRun(proc, deadline, self.limits)
             run.stats.queue_wait_s = time.monotonic() - started
             self._running.add(run)
+            if self._closing:  # shutdown began while it was spawning: missed by shutdown()
+                run.stats.killed = "shutdown"
+                raise APIError(503, "the gateway is shutting down", code="shutting_down")
             run._start_io(stdin)
             yield run
         finally:
-            if run is not None:
-                await run.close()
-                self._running.discard(run)
-            sem.release()
-            shutil.rmtree(cwd, ignore_errors=True)
+            try:
+                if run is not None:
+                    await run.close()
+            finally:  # even if cancelled again while closing: the kill itself is shielded
+                if run is not None:
+                    self._running.discard(run)
+                sem.release()
+                shutil.rmtree(cwd, ignore_errors=True)
 
     def _busy(self, message: str) -> APIError:
         return APIError(
@@ -276,7 +388,10 @@ class Supervisor:
     async def shutdown(self) -> None:
         """Kill every tree still running; used on server stop."""
         self._closing = True
-        await asyncio.gather(*(r.kill() for r in list(self._running)), return_exceptions=True)
+        runs = list(self._running)
+        for r in runs:
+            r.stats.killed = "shutdown"
+        await asyncio.gather(*(r.kill() for r in runs), return_exceptions=True)
 
 
 async def _spawn(
@@ -291,7 +406,7 @@ async def _spawn(
             cwd=cwd,
             env=dict(env),
             start_new_session=True,
-            preexec_fn=_die_with_parent if sys.platform == "linux" else None,
+            preexec_fn=_die_with(os.getpid()),
             limit=_STDOUT_LIMIT,
         )
     except FileNotFoundError:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import hmac
 import json
 import time
@@ -55,6 +56,18 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except web.HTTPException as exc:
         if exc.status < 400:
             raise
+        if exc.status == 404:
+            return await not_found(request)
+        if exc.status == 405:
+            allow = exc.headers.get("Allow", "")
+            return error_response(
+                APIError(
+                    405,
+                    f"{request.method} is not allowed on {request.path} (allowed: {allow})",
+                    code="method_not_allowed",
+                    headers={"Allow": allow},
+                )
+            )
         return error_response(APIError(exc.status, exc.reason, code=None))
     except Exception:
         log.exception("unhandled_error", path=request.path)
@@ -166,6 +179,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     except APIError as err:
         status = err.status
         raise
+    except asyncio.CancelledError:
+        status = 499  # the client went away; the CLI was killed
+        raise
     finally:
         _log_done(logger, completion, status, time.monotonic() - started)
 
@@ -230,7 +246,9 @@ def _log_done(
 
 
 async def not_found(request: web.Request) -> web.Response:
-    raise APIError(404, f"no route for {request.method} {request.path}", code="unknown_url")
+    return error_response(
+        APIError(404, f"no route for {request.method} {request.path}", code="unknown_url")
+    )
 
 
 def create_app(gateway: Gateway) -> web.Application:
