@@ -25,25 +25,13 @@ from cli_proxy.gateway import Gateway, live_backends
 
 from .conftest import Served, ServeFactory, fake
 from .fake_model_api import FakeModelAPI, anthropic_texts, gemini_texts, start_fake_model_api
+from .test_chat import CALL, WEATHER
 
 ROOT = Path(__file__).resolve().parent.parent
 CLAUDE = "claude-sonnet-4-6"
 GEMINI = "gemini-2.5-flash"
 MODELS = [CLAUDE, GEMINI]
 
-WEATHER: dict[str, Any] = {
-    "type": "function",
-    "function": {
-        "name": "get_weather",
-        "description": "Current weather for a city",
-        "parameters": {
-            "type": "object",
-            "properties": {"city": {"type": "string"}},
-            "required": ["city"],
-        },
-    },
-}
-CALL = '{"tool_call":{"name":"get_weather","arguments":{"city":"Paris"}}}'
 
 # Variables that would send a CLI elsewhere than the fake API, or to a different auth.
 FOREIGN_ENV = (
