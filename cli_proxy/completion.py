@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from .answer import AnswerEvent, AnswerParser, ContentDelta, ToolCallArgs, ToolCallStart
 from .backends.base import Backend, CallOptions
 from .errors import APIError
-from .events import CliEvent, Failure, UsageReport
+from .events import CliEvent, Failure, Truncated, UsageReport
 from .process import CliRun, RunStats, Supervisor
 from .protocol import (
     ChatCompletion,
@@ -131,13 +131,16 @@ class Completion:
         parser = self.plan.backend.new_parser()
         answer = AnswerParser(self.plan.ids.next_call_id) if self.plan.tools_active else None
         failure: Failure | None = None
+        truncated = False
 
         def consume(cli_events: list[CliEvent]) -> list[AnswerEvent]:
-            nonlocal failure
+            nonlocal failure, truncated
             out: list[AnswerEvent] = []
             for ev in cli_events:
                 if isinstance(ev, Failure):
                     failure = failure or ev
+                elif isinstance(ev, Truncated):
+                    truncated = True
                 elif isinstance(ev, UsageReport):
                     self.outcome.usage = Usage(
                         prompt_tokens=ev.prompt_tokens,
@@ -164,6 +167,8 @@ class Completion:
             for out in answer.finish():
                 yield out
             self.outcome.finish_reason = answer.finish_reason
+        if truncated:
+            self.outcome.finish_reason = "length"
 
 
 async def collect(completion: Completion, run: CliRun) -> ChatCompletion:

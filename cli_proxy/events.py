@@ -29,4 +29,11 @@ class Failure:
     code: str | None = None
 
 
-CliEvent = TextDelta | UsageReport | Failure
+@dataclass(frozen=True, slots=True)
+class Truncated:
+    """The answer hit the output token limit: what arrived stands, finish_reason "length"."""
+
+    message: str
+
+
+CliEvent = TextDelta | UsageReport | Failure | Truncated

@@ -19,6 +19,8 @@ the prompt (XML-escaped, so it is unescaped first):
   no_result   omit the final result line
   child       spawn a grandchild that sleeps this many seconds (tree-kill tests)
   echo_prompt answer with the prompt itself (round-trip tests)
+  max_tokens  claude only: the answer, then the CLI's real "exceeded the output token
+              maximum" error (synthetic assistant message + is_error result)
 Only the standard library: it runs with whatever python3 is on PATH.
 """
 
@@ -155,6 +157,22 @@ def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: st
     if failed:
         assistant["error"] = "unknown"
     out.emit(assistant)
+    if spec.get("max_tokens"):
+        text = "API Error: Claude's response exceeded the 32000 output token maximum."
+        failed = True
+        out.emit(
+            {
+                "type": "assistant",
+                "error": "max_output_tokens",
+                "session_id": session,
+                "message": {
+                    "id": "synthetic",
+                    "model": "<synthetic>",
+                    "role": "assistant",
+                    "content": [{"type": "text", "text": text}],
+                },
+            }
+        )
     if spec.get("no_result"):
         return
     out.emit(

@@ -10,7 +10,7 @@ from cli_proxy.backends import ClaudeBackend, GeminiBackend
 from cli_proxy.backends.base import CallOptions, StreamParser, classify_failure
 from cli_proxy.backends.claude import ClaudeParser
 from cli_proxy.backends.gemini import GeminiParser
-from cli_proxy.events import CliEvent, Failure, TextDelta, UsageReport
+from cli_proxy.events import CliEvent, Failure, TextDelta, Truncated, UsageReport
 
 REAL = Path(__file__).parent / "data" / "real-cli"
 
@@ -146,3 +146,14 @@ def test_gemini_tool_call_json() -> None:
 )
 def test_classify_failure(message: str, status: int) -> None:
     assert classify_failure(message).status == status
+
+
+def test_claude_output_token_limit_is_truncation_not_failure() -> None:
+    parser = ClaudeParser()
+    events: list[CliEvent] = []
+    for line in (REAL / "claude-max-tokens.stdout.jsonl").read_bytes().splitlines():
+        events += parser.feed(line)
+    events += parser.finish(1, "")
+    # the CLI asked the model to continue three times: all four parts are the answer
+    assert "".join(e.text for e in events if isinstance(e, TextDelta)) == "truncated answ" * 4
+    assert [type(e) for e in events if isinstance(e, Truncated | Failure)] == [Truncated]

@@ -302,3 +302,16 @@ async def test_backend_selection_by_prefix(served: Served) -> None:
         model="gemini/gemini-2.5-pro", messages=user(fake(answer="via gemini"))
     )
     assert r.choices[0].message.content == "via gemini" and r.model == "gemini/gemini-2.5-pro"
+
+
+async def test_output_token_limit_gives_finish_reason_length(served: Served) -> None:
+    msgs = user(fake(answer="a long answer cut sh", max_tokens=True))
+    r = await served.client.chat.completions.create(model="claude-sonnet-4-6", messages=msgs)
+    assert r.choices[0].finish_reason == "length"
+    assert r.choices[0].message.content == "a long answer cut sh"
+    stream = await served.client.chat.completions.create(
+        model="claude-sonnet-4-6", messages=msgs, stream=True
+    )
+    chunks = [c async for c in stream]
+    assert chunks[-1].choices[0].finish_reason == "length"
+    assert "".join(c.choices[0].delta.content or "" for c in chunks) == "a long answer cut sh"

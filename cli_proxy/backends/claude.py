@@ -6,7 +6,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from ..events import CliEvent, Failure, TextDelta, UsageReport
+from ..events import CliEvent, Failure, TextDelta, Truncated, UsageReport
 from .base import (
     CallOptions,
     as_int,
@@ -71,6 +71,7 @@ class ClaudeParser:
         self._streamed = ""  # text sent as deltas since the last whole assistant message
         self._text_seen = False
         self._failed = False
+        self._error_kind = ""  # the synthetic assistant message's "error" field
 
     def feed(self, line: bytes) -> list[CliEvent]:
         obj = load_json_line(line)
@@ -103,6 +104,7 @@ class ClaudeParser:
         if obj.get("error") or not isinstance(message, dict):
             # API errors arrive as a synthetic assistant message; the result line that
             # follows carries is_error and the same text, which becomes the failure.
+            self._error_kind = str(obj.get("error") or "")
             return []
         blocks = message.get("content")
         text = "".join(
@@ -131,6 +133,10 @@ class ClaudeParser:
             self._failed = True
             message = result_text if isinstance(result_text, str) and result_text else ""
             message = message or str(obj.get("subtype") or "the CLI reported an error")
+            if self._error_kind == "max_output_tokens" and self._text_seen:
+                # the CLI already re-asked the model to continue; keep what it wrote
+                events.append(Truncated(message))
+                return events
             failure = classify_failure(message)
             status = obj.get("api_error_status")
             if isinstance(status, int) and 400 <= status < 600:
