@@ -23,6 +23,7 @@ from .protocol import ChatCompletionRequest, ModelCard, ModelList
 from .sse import DONE, ChunkBuilder, error_event
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
+LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
 STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -48,6 +49,15 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except APIError as err:
+        if not request.get(LOGGED, False):  # chat_completions logs its own outcome
+            log.info(
+                "request_rejected",
+                method=request.method,
+                path=request.path,
+                status=err.status,
+                code=err.code,
+                message=err.message[:200],
+            )
         return error_response(err)
     except web.HTTPRequestEntityTooLarge as exc:
         return error_response(
@@ -183,6 +193,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         status = 499  # the client went away; the CLI was killed
         raise
     finally:
+        request[LOGGED] = True
         _log_done(logger, completion, status, time.monotonic() - started)
 
 
