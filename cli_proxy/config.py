@@ -31,6 +31,7 @@ class Settings(BaseSettings):
     timeout_s: float = Field(default=300.0, gt=0)
     idle_timeout_s: float = Field(default=120.0, gt=0)
     kill_grace_s: float = Field(default=3.0, ge=0)
+    keepalive_s: float = Field(default=15.0, ge=0)
 
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_messages: int = Field(default=5000, ge=1)

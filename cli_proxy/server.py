@@ -20,7 +20,7 @@ from .errors import APIError, from_validation_error
 from .gateway import Gateway
 from .logs import log
 from .protocol import ChatCompletionRequest, ModelCard, ModelList
-from .sse import DONE, ChunkBuilder, error_event
+from .sse import DONE, ChunkBuilder, SSEWriter, error_event
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
@@ -214,19 +214,23 @@ async def _stream(
         )
         resp.force_close()  # some SDK versions keep reading after [DONE] unless we close
         await resp.prepare(request)
-        await resp.write(chunks.role())
+        out = SSEWriter(resp, request.app[GATEWAY].settings.keepalive_s)
+        await out.write(chunks.role())
+        out.start()
         try:
-            async for ev in completion.events(run):
-                await resp.write(chunks.event(ev))
-        except APIError as err:
-            await resp.write(error_event(err))
-            completion.outcome.finish_reason = "error"
-            await resp.write_eof()
-            return resp
-        await resp.write(chunks.finish(completion.outcome.finish_reason))
-        if include_usage:
-            await resp.write(chunks.usage(completion.outcome.usage))
-        await resp.write(DONE)
+            try:
+                async for ev in completion.events(run):
+                    await out.write(chunks.event(ev))
+            except APIError as err:
+                await out.write(error_event(err))
+                completion.outcome.finish_reason = "error"
+            else:
+                await out.write(chunks.finish(completion.outcome.finish_reason))
+                if include_usage:
+                    await out.write(chunks.usage(completion.outcome.usage))
+                await out.write(DONE)
+        finally:
+            out.stop()
         await resp.write_eof()
         return resp
 

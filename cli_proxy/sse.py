@@ -2,8 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
+import time
 from typing import Any
+
+from aiohttp import web
 
 from .answer import AnswerEvent, ContentDelta, ToolCallArgs, ToolCallStart
 from .errors import APIError
@@ -72,3 +76,36 @@ class ChunkBuilder:
 
 def error_event(err: APIError) -> bytes:
     return encode(err.body())
+
+
+KEEPALIVE = b": keep-alive\n\n"
+
+
+class SSEWriter:
+    """Writes SSE events; during long silences (a CLI thinking, queued retries) it sends
+    ``:`` comment lines, which every client ignores, so idle-timeout proxies keep the
+    connection open."""
+
+    def __init__(self, resp: web.StreamResponse, keepalive_s: float) -> None:
+        self.resp = resp
+        self.keepalive_s = keepalive_s
+        self._last = time.monotonic()
+        self._task: asyncio.Task[None] | None = None
+
+    async def write(self, data: bytes) -> None:
+        self._last = time.monotonic()
+        await self.resp.write(data)
+
+    def start(self) -> None:
+        if self.keepalive_s > 0:
+            self._task = asyncio.create_task(self._beat())
+
+    async def _beat(self) -> None:
+        while True:
+            await asyncio.sleep(max(self._last + self.keepalive_s - time.monotonic(), 0.01))
+            if time.monotonic() - self._last >= self.keepalive_s:
+                await self.write(KEEPALIVE)
+
+    def stop(self) -> None:
+        if self._task is not None:
+            self._task.cancel()

@@ -242,3 +242,24 @@ def test_any_split_of_cli_output_accumulates_identically(answer: str, cuts: list
     pieces = [answer[a:b] for a, b in zip([0, *points], [*points, len(answer)], strict=True)]
     pieces = [p for p in pieces if p]
     assert pipeline(pieces) == pipeline([answer])
+
+
+async def test_keepalive_comments_during_silence(serve: Any) -> None:
+    served = await serve(keepalive_s=0.2)
+    body = {
+        "model": "claude-sonnet-4-6",
+        "messages": [{"role": "user", "content": fake(answer="late", hang=1.0)}],
+        "stream": True,
+    }
+    async with (
+        aiohttp.ClientSession() as session,
+        session.post(f"{served.base_url}/chat/completions", json=body) as resp,
+    ):
+        raw = await resp.read()
+    blocks = raw.split(b"\n\n")
+    assert b": keep-alive" in blocks
+    assert blocks[0].startswith(b"data: ") and raw.endswith(b"data: [DONE]\n\n")
+    # the SDK ignores the comments
+    stream = await served.client.chat.completions.create(**body)  # type: ignore[call-overload]
+    text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
+    assert text == "late"
