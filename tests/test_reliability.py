@@ -8,8 +8,10 @@ import contextlib
 import json
 import os
 import random
+import shutil
 import signal
 import sys
+import tempfile
 import time
 from collections.abc import AsyncIterator, Callable
 from pathlib import Path
@@ -270,6 +272,9 @@ def _gateway_cmd(*extra: str) -> list[str]:
 @contextlib.asynccontextmanager
 async def gateway_process() -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLI_PROXY_")}
+    # a gateway killed with -9 cannot remove its runs' temp dirs: keep them out of /tmp
+    scratch = tempfile.mkdtemp(prefix="cli-proxy-test-")
+    env["TMPDIR"] = scratch
     proc = await asyncio.create_subprocess_exec(
         *_gateway_cmd(), stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env
     )
@@ -291,6 +296,7 @@ async def gateway_process() -> AsyncIterator[tuple[asyncio.subprocess.Process, s
         if proc.returncode is None:
             proc.kill()
         await proc.wait()
+        shutil.rmtree(scratch, ignore_errors=True)
 
 
 async def _start_hanging_call(url: str, mark: float | None = None) -> asyncio.Task[Any]:
