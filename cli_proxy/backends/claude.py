@@ -68,7 +68,7 @@ class ClaudeParser:
     """
 
     def __init__(self) -> None:
-        self._streamed = ""  # text sent as deltas since the last whole assistant message
+        self._streamed: list[str] = []  # text sent as deltas since the last whole message
         self._text_seen = False
         self._failed = False
         self._error_kind = ""  # the synthetic assistant message's "error" field
@@ -93,14 +93,14 @@ class ClaudeParser:
         if isinstance(delta, dict) and delta.get("type") == "text_delta":
             text = delta.get("text")
             if isinstance(text, str) and text:
-                self._streamed += text
+                self._streamed.append(text)
                 self._text_seen = True
                 return [TextDelta(text)]
         return []
 
     def _assistant(self, obj: dict[str, Any]) -> list[CliEvent]:
         message = obj.get("message")
-        streamed, self._streamed = self._streamed, ""
+        streamed, self._streamed = "".join(self._streamed), []
         if obj.get("error") or not isinstance(message, dict):
             # API errors arrive as a synthetic assistant message; the result line that
             # follows carries is_error and the same text, which becomes the failure.
