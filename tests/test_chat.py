@@ -315,3 +315,27 @@ async def test_output_token_limit_gives_finish_reason_length(served: Served) -> 
     chunks = [c async for c in stream]
     assert chunks[-1].choices[0].finish_reason == "length"
     assert "".join(c.choices[0].delta.content or "" for c in chunks) == "a long answer cut sh"
+
+
+async def test_responses_pass_sdk_strict_validation(served: Served) -> None:
+    strict = openai.AsyncOpenAI(
+        base_url=served.base_url, api_key="x", max_retries=0, _strict_response_validation=True
+    )
+    try:
+        msgs = user(fake(answer=CALL, chunks=4))
+        tools: Any = [WEATHER]
+        r = await strict.chat.completions.create(model="sonnet", messages=msgs, tools=tools)
+        assert r.choices[0].finish_reason == "tool_calls"
+        stream = await strict.chat.completions.create(
+            model="sonnet",
+            messages=msgs,
+            tools=tools,
+            stream=True,
+            stream_options={"include_usage": True},
+        )
+        chunks = [c async for c in stream]
+        assert chunks[-1].usage is not None
+        models = await strict.models.list()
+        assert models.data
+    finally:
+        await strict.close()
