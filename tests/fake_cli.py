@@ -19,6 +19,8 @@ the prompt (XML-escaped, so it is unescaped first):
   no_result   omit the final result line
   child       spawn a grandchild that sleeps this many seconds (tree-kill tests)
   echo_prompt answer with the prompt itself (round-trip tests)
+  split_bytes write every output line in pieces of this many bytes, flushing (and pausing
+              1 ms) after each: lines and UTF-8 characters arrive cut at byte boundaries
   max_tokens  claude only: the answer, then the CLI's real "exceeded the output token
               maximum" error (synthetic assistant message + is_error result)
 Only the standard library: it runs with whatever python3 is on PATH.
@@ -57,6 +59,7 @@ class Out:
     def __init__(self, spec: dict[str, object]) -> None:
         self.delay = float(spec.get("delay", 0) or 0)
         self.garbage = bool(spec.get("garbage"))
+        self.split_bytes = int(spec.get("split_bytes", 0) or 0)  # type: ignore[call-overload]
         self.first = True
 
     def emit(self, obj: dict[str, object]) -> None:
@@ -65,7 +68,16 @@ class Out:
         self.first = False
         if self.garbage:
             sys.stdout.write("Loading configuration... \x1b[32mdone\x1b[0m\n{not json\n")
-        sys.stdout.write(json.dumps(obj, separators=(",", ":")) + "\n")
+        line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
+        if self.split_bytes:
+            sys.stdout.flush()
+            data = line.encode()
+            for i in range(0, len(data), self.split_bytes):
+                sys.stdout.buffer.write(data[i : i + self.split_bytes])
+                sys.stdout.buffer.flush()
+                time.sleep(0.001)
+            return
+        sys.stdout.write(line)
         sys.stdout.flush()
 
 
@@ -239,6 +251,9 @@ def run_gemini(argv: list[str], prompt: str, spec: dict[str, object], answer: st
 
 def main() -> int:
     flavour, argv = sys.argv[1], sys.argv[2:]
+    # like the real CLIs (Node's JSON.stringify): raw UTF-8 out, whatever the locale
+    sys.stdin.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
+    sys.stdout.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     prompt = sys.stdin.read()
     spec = directive(prompt)
     if spec.get("child"):

@@ -263,3 +263,29 @@ async def test_keepalive_comments_during_silence(serve: Any) -> None:
     stream = await served.client.chat.completions.create(**body)  # type: ignore[call-overload]
     text = "".join([c.choices[0].delta.content or "" async for c in stream if c.choices])
     assert text == "late"
+
+
+async def test_output_cut_at_byte_boundaries_gives_the_same_answer(served: Served) -> None:
+    """The pipe delivers bytes, not lines: pieces of 1 or 5 bytes, cutting UTF-8 characters."""
+    answer = json.dumps(
+        {
+            "tool_calls": [
+                {"name": "get_weather", "arguments": {"city": "Zürich 東京 😀"}},
+                {"name": "get_time", "arguments": {}},
+            ]
+        },
+        ensure_ascii=False,
+    )
+    results = []
+    for size in (0, 1, 5):
+        for model in ("claude-sonnet-4-6", "gemini-2.5-flash"):
+            msgs = [{"role": "user", "content": fake(answer=answer, chunks=6, split_bytes=size)}]
+            r = await served.client.chat.completions.create(
+                model=model,
+                messages=msgs,
+                tools=[WEATHER, TIME],  # type: ignore[arg-type,list-item]
+            )
+            calls = r.choices[0].message.tool_calls or []
+            results.append([(c.function.name, c.function.arguments) for c in calls])  # type: ignore[union-attr]
+    assert all(r == results[0] for r in results)
+    assert json.loads(results[0][0][1]) == {"city": "Zürich 東京 😀"}
