@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import os
 import shutil
 import signal
 import sys
@@ -99,7 +100,23 @@ def make_gateway(settings: Settings) -> tuple[Gateway, str]:
     return gateway, mode
 
 
+def _watch_children_with_pidfds() -> None:
+    """Python 3.11 waits for each child in a thread of its own (ThreadedChildWatcher); a
+    pidfd watcher needs none: ~2 ms less latency and CPU per call (docs/performance.md).
+    Python 3.12+ does this by itself. Only for the CLI's own single, main-thread loop."""
+    if sys.version_info >= (3, 12) or not hasattr(os, "pidfd_open"):
+        return
+    try:
+        os.close(os.pidfd_open(os.getpid()))  # needs Linux >= 5.3
+    except OSError:
+        return
+    watcher = asyncio.PidfdChildWatcher()
+    watcher.attach_loop(asyncio.get_running_loop())
+    asyncio.set_child_watcher(watcher)
+
+
 async def serve(settings: Settings) -> None:
+    _watch_children_with_pidfds()
     gateway, mode = make_gateway(settings)
     log.info("starting", mode=mode)
     app = create_app(gateway)
