@@ -339,3 +339,14 @@ async def test_responses_pass_sdk_strict_validation(served: Served) -> None:
         assert models.data
     finally:
         await strict.close()
+
+
+async def test_large_prompt_goes_through_stdin_and_back(served: Served) -> None:
+    """2 MB on stdin (far beyond ARG_MAX and the pipe buffer) and a 2 MB stdout line back."""
+    big = "lorem ipsum <dolor> & sit amet " * 70_000
+    r = await served.client.chat.completions.create(
+        model="claude-sonnet-4-6", messages=user(big + fake(echo_prompt=True))
+    )
+    echoed = r.choices[0].message.content or ""
+    assert len(echoed) > 2_000_000
+    assert "lorem ipsum &lt;dolor&gt; &amp; sit amet " * 3 in echoed
