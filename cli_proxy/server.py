@@ -20,6 +20,12 @@ from .errors import APIError, from_validation_error
 from .gateway import Gateway
 from .logs import log
 from .protocol import ChatCompletionRequest, ModelCard, ModelList
+from .responses import (
+    ResponseBuilder,
+    encode_event,
+    parse_responses_request,
+    to_chat_request,
+)
 from .sse import DONE, ChunkBuilder, SSEWriter, error_event
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
@@ -27,6 +33,7 @@ LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
 STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+Logger = structlog.typing.FilteringBoundLogger
 
 
 def json_response(
@@ -138,7 +145,7 @@ async def get_model(request: web.Request) -> web.Response:
     return json_response(ModelCard(id=model_id, created=STARTED, owned_by=r.backend).model_dump())
 
 
-async def parse_request(request: web.Request) -> ChatCompletionRequest:
+async def read_json(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
     try:
         data = json.loads(raw)
@@ -146,15 +153,19 @@ async def parse_request(request: web.Request) -> ChatCompletionRequest:
         raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return data
+
+
+async def parse_request(request: web.Request) -> ChatCompletionRequest:
+    data = await read_json(request)
     try:
         return ChatCompletionRequest.model_validate(data)
     except ValidationError as exc:
         raise from_validation_error(exc) from None
 
 
-async def chat_completions(request: web.Request) -> web.StreamResponse:
-    gw = request.app[GATEWAY]
-    req = await parse_request(request)
+def prepare(gw: Gateway, req: ChatCompletionRequest, api: str) -> tuple[Completion, Logger]:
+    """Checks, prompt and plan: everything before a process exists."""
     route = gw.check(req)
     prompt = gw.prompt(req)
     backend = gw.source.backend_for(req, route, prompt)
@@ -168,9 +179,9 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         ids=gw.source.ids_for(backend),
     )
     sink = gw.sink_for(plan) if gw.sink_for is not None else None
-    completion = Completion(plan, gw.supervisor, sink)
     logger = log.bind(
         request_id=uuid.uuid4().hex[:12],
+        api=api,
         model=req.model,
         backend=backend.name,
         stream=bool(req.stream),
@@ -178,14 +189,20 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
     )
     if gw.settings.log_prompts:
         logger.debug("prompt", prompt=prompt)
+    return Completion(plan, gw.supervisor, sink), logger
+
+
+async def run_logged(
+    request: web.Request,
+    completion: Completion,
+    logger: Logger,
+    deliver: Callable[[], Awaitable[web.StreamResponse]],
+) -> web.StreamResponse:
+    """Deliver the answer; log one event for the request whatever happens."""
     started = time.monotonic()
     status = 200
     try:
-        if req.stream:
-            return await _stream(request, completion, req)
-        async with completion.start() as run:
-            result = await collect(completion, run)
-        return json_response(result.model_dump())
+        return await deliver()
     except APIError as err:
         status = err.status
         raise
@@ -197,6 +214,79 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
         _log_done(logger, completion, status, time.monotonic() - started)
 
 
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    req = await parse_request(request)
+    completion, logger = prepare(request.app[GATEWAY], req, "chat")
+
+    async def deliver() -> web.StreamResponse:
+        if req.stream:
+            return await _stream(request, completion, req)
+        async with completion.start() as run:
+            result = await collect(completion, run)
+        return json_response(result.model_dump())
+
+    return await run_logged(request, completion, logger, deliver)
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    rreq = parse_responses_request(await read_json(request))
+    req = to_chat_request(rreq)
+    completion, logger = prepare(request.app[GATEWAY], req, "responses")
+    ids = completion.plan.ids
+    builder = ResponseBuilder(rreq, req, ids.completion_id, ids.created)
+
+    async def deliver() -> web.StreamResponse:
+        if req.stream:
+            return await _stream_responses(request, completion, builder)
+        async with completion.start() as run:
+            async for ev in completion.events(run):
+                builder.feed(ev)
+        builder.finish(completion.outcome.usage, completion.outcome.finish_reason)
+        return json_response(builder.final)
+
+    return await run_logged(request, completion, logger, deliver)
+
+
+def _event_stream() -> web.StreamResponse:
+    resp = web.StreamResponse(
+        headers={
+            "Content-Type": "text/event-stream; charset=utf-8",
+            "Cache-Control": "no-cache",
+            "X-Accel-Buffering": "no",
+        }
+    )
+    resp.force_close()  # some SDK versions keep reading after the end unless we close
+    return resp
+
+
+async def _stream_responses(
+    request: web.Request, completion: Completion, builder: ResponseBuilder
+) -> web.StreamResponse:
+    async with completion.start() as run:
+        resp = _event_stream()
+        await resp.prepare(request)
+        out = SSEWriter(resp, request.app[GATEWAY].settings.keepalive_s)
+        for event in builder.start():
+            await out.write(encode_event(event))
+        out.start()
+        try:
+            try:
+                async for ev in completion.events(run):
+                    for event in builder.feed(ev):
+                        await out.write(encode_event(event))
+            except APIError as err:
+                await out.write(error_event(err))
+                completion.outcome.finish_reason = "error"
+            else:
+                outcome = completion.outcome
+                for event in builder.finish(outcome.usage, outcome.finish_reason):
+                    await out.write(encode_event(event))
+        finally:
+            out.stop()
+        await resp.write_eof()
+        return resp
+
+
 async def _stream(
     request: web.Request, completion: Completion, req: ChatCompletionRequest
 ) -> web.StreamResponse:
@@ -205,14 +295,7 @@ async def _stream(
     chunks = ChunkBuilder(ids.completion_id, ids.created, req.model, include_usage)
     async with completion.start() as run:
         # Errors before this point (queue full, missing binary) get a real HTTP status.
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        resp.force_close()  # some SDK versions keep reading after [DONE] unless we close
+        resp = _event_stream()
         await resp.prepare(request)
         out = SSEWriter(resp, request.app[GATEWAY].settings.keepalive_s)
         await out.write(chunks.role())
@@ -236,7 +319,7 @@ async def _stream(
 
 
 def _log_done(
-    logger: structlog.typing.FilteringBoundLogger,
+    logger: Logger,
     completion: Completion,
     status: int,
     duration: float,
@@ -275,6 +358,7 @@ def create_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/health", health)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+        app.router.add_post(f"{prefix}/responses", responses)
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model:.+}}", get_model)
 

@@ -1,0 +1,378 @@
+"""The OpenAI Responses API on top of the chat-completion pipeline.
+
+Newer clients (the Agents SDK's default model, Codex) speak ``POST /v1/responses``. A
+request is converted into a ``ChatCompletionRequest`` (pure), runs through the very same
+prompt -> CLI -> answer-event pipeline, and the answer events are rebuilt into a Response
+object or its stream of typed events by ``ResponseBuilder``: one builder serves both paths,
+so the streamed and the non-streamed answer cannot differ. The gateway is stateless:
+``previous_response_id`` is refused with a clear error rather than silently ignored.
+"""
+
+from __future__ import annotations
+
+import json
+import secrets
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, ValidationError
+
+from .answer import AnswerEvent, ContentDelta, ToolCallArgs, ToolCallStart
+from .errors import APIError, from_validation_error
+from .protocol import ChatCompletionRequest, Usage
+
+
+class ResponsesRequest(BaseModel):
+    model_config = ConfigDict(extra="ignore")
+
+    model: str
+    input: str | list[dict[str, Any]]
+    instructions: str | None = None
+    tools: list[dict[str, Any]] | None = None
+    tool_choice: str | dict[str, Any] | None = None
+    parallel_tool_calls: bool | None = None
+    stream: bool | None = False
+    previous_response_id: str | None = None
+    max_output_tokens: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    metadata: dict[str, Any] | None = None
+    user: str | None = None
+
+
+def parse_responses_request(data: dict[str, Any]) -> ResponsesRequest:
+    try:
+        return ResponsesRequest.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+# -------------------------------------------------------------------- request side
+
+
+def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
+    """Responses input items -> chat messages; consecutive function calls form one turn."""
+    if req.previous_response_id:
+        raise APIError(
+            400,
+            "previous_response_id is not supported: cli-proxy keeps no state between calls; "
+            "send the whole conversation in 'input'",
+            param="previous_response_id",
+            code="unsupported_parameter",
+        )
+    messages: list[dict[str, Any]] = []
+    if req.instructions:
+        messages.append({"role": "system", "content": req.instructions})
+    items = [{"role": "user", "content": req.input}] if isinstance(req.input, str) else req.input
+    for i, item in enumerate(items):
+        kind = item.get("type", "message")
+        if kind == "message":
+            role = item.get("role")
+            if role not in ("user", "assistant", "system", "developer"):
+                raise APIError(400, f"unsupported role {role!r}", param=f"input[{i}].role")
+            messages.append({"role": role, "content": _text(item.get("content"), i)})
+        elif kind == "function_call":
+            call = {
+                "id": str(item.get("call_id") or item.get("id") or f"call_{i}"),
+                "type": "function",
+                "function": {
+                    "name": str(item.get("name") or ""),
+                    "arguments": str(item.get("arguments") or "{}"),
+                },
+            }
+            last = messages[-1] if messages else None
+            if last is not None and last["role"] == "assistant" and "tool_calls" in last:
+                last["tool_calls"].append(call)
+            else:
+                messages.append({"role": "assistant", "content": None, "tool_calls": [call]})
+        elif kind == "function_call_output":
+            output = item.get("output")
+            messages.append(
+                {
+                    "role": "tool",
+                    "tool_call_id": str(item.get("call_id") or ""),
+                    "content": output if isinstance(output, str) else _text(output, i),
+                }
+            )
+        elif kind in ("reasoning", "item_reference"):
+            continue  # reasoning summaries of other models; references need server state
+        else:
+            raise APIError(400, f"unsupported input item type {kind!r}", param=f"input[{i}].type")
+    chat: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
+    if req.tools:
+        chat["tools"] = [_tool(t, i) for i, t in enumerate(req.tools)]
+    if req.tool_choice is not None:
+        chat["tool_choice"] = _tool_choice(req.tool_choice)
+    if req.parallel_tool_calls is not None:
+        chat["parallel_tool_calls"] = req.parallel_tool_calls
+    try:
+        return ChatCompletionRequest.model_validate(chat)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
+
+
+def _text(content: Any, index: int) -> str | list[dict[str, Any]]:
+    """Responses content parts -> chat content parts (text kept, images as image parts)."""
+    if content is None or isinstance(content, str):
+        return content or ""
+    if not isinstance(content, list):
+        raise APIError(400, "content must be a string or a list", param=f"input[{index}].content")
+    parts: list[dict[str, Any]] = []
+    for part in content:
+        kind = part.get("type") if isinstance(part, dict) else None
+        if kind in ("input_text", "output_text", "text"):
+            parts.append({"type": "text", "text": str(part.get("text", ""))})
+        elif kind == "refusal":
+            parts.append({"type": "text", "text": str(part.get("refusal", ""))})
+        elif kind == "input_image":
+            parts.append({"type": "image_url", "image_url": {"url": str(part.get("image_url"))}})
+        else:
+            parts.append({"type": str(kind)})
+    return parts
+
+
+def _tool(tool: dict[str, Any], index: int) -> dict[str, Any]:
+    if tool.get("type") != "function":
+        raise APIError(
+            400,
+            f"tool type {tool.get('type')!r} is not supported: only function tools "
+            "(the CLIs' own tools are disabled)",
+            param=f"tools[{index}].type",
+        )
+    fn = {k: tool[k] for k in ("name", "description", "parameters", "strict") if k in tool}
+    return {"type": "function", "function": fn}
+
+
+def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
+    if isinstance(choice, dict):
+        if choice.get("type") == "function":
+            return {"type": "function", "function": {"name": choice.get("name")}}
+        raise APIError(400, f"unsupported tool_choice {choice!r}", param="tool_choice")
+    return choice
+
+
+# ------------------------------------------------------------------- response side
+
+
+Status = Literal["in_progress", "completed", "incomplete"]
+
+
+def _new_id(prefix: str) -> str:
+    return f"{prefix}_{secrets.token_hex(12)}"
+
+
+class ResponseBuilder:
+    """Turns answer events into Responses stream events and the final Response object."""
+
+    def __init__(
+        self, req: ResponsesRequest, chat: ChatCompletionRequest, response_id: str, created: int
+    ) -> None:
+        self.req = req
+        self.chat = chat
+        self.id = "resp_" + response_id.removeprefix("chatcmpl-")
+        self.created = created
+        self.output: list[dict[str, Any]] = []
+        self.seq = 0
+        self._open: dict[str, Any] | None = None  # the item being streamed
+        self._calls: dict[int, dict[str, Any]] = {}  # tool-call index -> item
+        self.final: dict[str, Any] = {}
+
+    # events ---------------------------------------------------------------------
+
+    def _event(self, kind: str, **fields: Any) -> dict[str, Any]:
+        event = {"type": kind, "sequence_number": self.seq, **fields}
+        self.seq += 1
+        return event
+
+    def start(self) -> list[dict[str, Any]]:
+        snapshot = self.response("in_progress", Usage())
+        return [
+            self._event("response.created", response=snapshot),
+            self._event("response.in_progress", response=snapshot),
+        ]
+
+    def feed(self, ev: AnswerEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, ContentDelta):
+            out = []
+            if self._open is None or self._open["type"] != "message":
+                out += self._close()
+                out += self._open_message()
+            item = self._open
+            assert item is not None
+            item["content"][0]["text"] += ev.text
+            return [
+                *out,
+                self._event(
+                    "response.output_text.delta",
+                    item_id=item["id"],
+                    output_index=self._index(item),
+                    content_index=0,
+                    delta=ev.text,
+                    logprobs=[],
+                ),
+            ]
+        if isinstance(ev, ToolCallStart):
+            out = self._close()
+            item = {
+                "id": _new_id("fc"),
+                "type": "function_call",
+                "call_id": ev.id,
+                "name": ev.name,
+                "arguments": "",
+                "status": "in_progress",
+            }
+            self.output.append(item)
+            self._open = self._calls[ev.index] = item
+            added = self._event(
+                "response.output_item.added", output_index=self._index(item), item=dict(item)
+            )
+            return [*out, added]
+        assert isinstance(ev, ToolCallArgs)
+        item = self._calls[ev.index]
+        item["arguments"] += ev.fragment
+        return [
+            self._event(
+                "response.function_call_arguments.delta",
+                item_id=item["id"],
+                output_index=self._index(item),
+                delta=ev.fragment,
+            )
+        ]
+
+    def finish(self, usage: Usage, finish_reason: str) -> list[dict[str, Any]]:
+        """Close the open item; ``self.final`` is then the whole Response."""
+        out = self._close()
+        status: Status = "incomplete" if finish_reason == "length" else "completed"
+        self.final = self.response(status, usage)
+        out.append(self._event(f"response.{status}", response=self.final))
+        return out
+
+    def _index(self, item: dict[str, Any]) -> int:
+        return next(i for i, it in enumerate(self.output) if it is item)
+
+    def _open_message(self) -> list[dict[str, Any]]:
+        item: dict[str, Any] = {
+            "id": _new_id("msg"),
+            "type": "message",
+            "role": "assistant",
+            "status": "in_progress",
+            "content": [{"type": "output_text", "text": "", "annotations": []}],
+        }
+        self.output.append(item)
+        self._open = item
+        idx = self._index(item)
+        return [
+            self._event(
+                "response.output_item.added",
+                output_index=idx,
+                item={**item, "content": []},
+            ),
+            self._event(
+                "response.content_part.added",
+                item_id=item["id"],
+                output_index=idx,
+                content_index=0,
+                part={"type": "output_text", "text": "", "annotations": []},
+            ),
+        ]
+
+    def _close(self) -> list[dict[str, Any]]:
+        item, self._open = self._open, None
+        if item is None:
+            return []
+        item["status"] = "completed"
+        idx = self._index(item)
+        if item["type"] == "message":
+            part = item["content"][0]
+            return [
+                self._event(
+                    "response.output_text.done",
+                    item_id=item["id"],
+                    output_index=idx,
+                    content_index=0,
+                    text=part["text"],
+                    logprobs=[],
+                ),
+                self._event(
+                    "response.content_part.done",
+                    item_id=item["id"],
+                    output_index=idx,
+                    content_index=0,
+                    part=dict(part),
+                ),
+                self._event("response.output_item.done", output_index=idx, item=_copy(item)),
+            ]
+        return [
+            self._event(
+                "response.function_call_arguments.done",
+                item_id=item["id"],
+                output_index=idx,
+                name=item["name"],
+                arguments=item["arguments"],
+            ),
+            self._event("response.output_item.done", output_index=idx, item=_copy(item)),
+        ]
+
+    # the object ---------------------------------------------------------------
+
+    def response(self, status: Status, usage: Usage) -> dict[str, Any]:
+        tools = [
+            {"type": "function", "strict": t.function.strict, **_fn(t.function.model_dump())}
+            for t in self.chat.tools or []
+        ]
+        return {
+            "id": self.id,
+            "object": "response",
+            "created_at": self.created,
+            "status": status,
+            "model": self.req.model,
+            "output": [_copy(item) for item in self.output] if status != "in_progress" else [],
+            "output_text": "".join(
+                c["text"] for it in self.output if it["type"] == "message" for c in it["content"]
+            )
+            if status != "in_progress"
+            else "",
+            "error": None,
+            "incomplete_details": {"reason": "max_output_tokens"}
+            if status == "incomplete"
+            else None,
+            "instructions": self.req.instructions,
+            "metadata": self.req.metadata or {},
+            "parallel_tool_calls": self.req.parallel_tool_calls is not False,
+            "tool_choice": self.req.tool_choice or "auto",
+            "tools": tools,
+            "temperature": self.req.temperature,
+            "top_p": self.req.top_p,
+            "max_output_tokens": self.req.max_output_tokens,
+            "previous_response_id": None,
+            "reasoning": None,
+            "store": False,
+            "text": {"format": {"type": "text"}},
+            "truncation": "disabled",
+            "user": self.req.user,
+            "usage": {
+                "input_tokens": usage.prompt_tokens,
+                "input_tokens_details": {"cached_tokens": 0, "cache_write_tokens": 0},
+                "output_tokens": usage.completion_tokens,
+                "output_tokens_details": {"reasoning_tokens": 0},
+                "total_tokens": usage.total_tokens,
+            }
+            if status != "in_progress"
+            else None,
+        }
+
+
+def _fn(fn: dict[str, Any]) -> dict[str, Any]:
+    return {
+        "name": fn["name"],
+        "description": fn.get("description"),
+        "parameters": fn.get("parameters") or {"type": "object", "properties": {}},
+    }
+
+
+def _copy(item: dict[str, Any]) -> dict[str, Any]:
+    return json.loads(json.dumps(item))  # type: ignore[no-any-return]
+
+
+def encode_event(event: dict[str, Any]) -> bytes:
+    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
+    return f"event: {event['type']}\ndata: {data}\n\n".encode()
