@@ -7,7 +7,7 @@ import hmac
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import unquote
 
@@ -15,6 +15,7 @@ import structlog
 from aiohttp import web
 from pydantic import ValidationError
 
+from .answer import AnswerEvent
 from .completion import Completion, Plan, collect
 from .errors import APIError, from_validation_error
 from .gateway import Gateway
@@ -247,40 +248,41 @@ async def responses(request: web.Request) -> web.StreamResponse:
     return await run_logged(request, completion, logger, deliver)
 
 
-def _event_stream() -> web.StreamResponse:
-    resp = web.StreamResponse(
-        headers={
-            "Content-Type": "text/event-stream; charset=utf-8",
-            "Cache-Control": "no-cache",
-            "X-Accel-Buffering": "no",
-        }
-    )
-    resp.force_close()  # some SDK versions keep reading after the end unless we close
-    return resp
-
-
-async def _stream_responses(
-    request: web.Request, completion: Completion, builder: ResponseBuilder
+async def _serve_sse(
+    request: web.Request,
+    completion: Completion,
+    head: Callable[[], Iterable[bytes]],
+    encode: Callable[[AnswerEvent], Iterable[bytes]],
+    tail: Callable[[], Iterable[bytes]],
 ) -> web.StreamResponse:
+    """The one SSE delivery loop: head, one encoding per answer event, tail (or an error
+    event), keep-alives in between, then close. Used by chat completions and responses."""
     async with completion.start() as run:
-        resp = _event_stream()
+        # Errors before this point (queue full, missing binary) get a real HTTP status.
+        resp = web.StreamResponse(
+            headers={
+                "Content-Type": "text/event-stream; charset=utf-8",
+                "Cache-Control": "no-cache",
+                "X-Accel-Buffering": "no",
+            }
+        )
+        resp.force_close()  # some SDK versions keep reading after the end unless we close
         await resp.prepare(request)
         out = SSEWriter(resp, request.app[GATEWAY].settings.keepalive_s)
-        for event in builder.start():
-            await out.write(encode_event(event))
+        for data in head():
+            await out.write(data)
         out.start()
         try:
             try:
                 async for ev in completion.events(run):
-                    for event in builder.feed(ev):
-                        await out.write(encode_event(event))
+                    for data in encode(ev):
+                        await out.write(data)
             except APIError as err:
                 await out.write(error_event(err))
                 completion.outcome.finish_reason = "error"
             else:
-                outcome = completion.outcome
-                for event in builder.finish(outcome.usage, outcome.finish_reason):
-                    await out.write(encode_event(event))
+                for data in tail():
+                    await out.write(data)
         finally:
             out.stop()
         await resp.write_eof()
@@ -293,29 +295,30 @@ async def _stream(
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
     ids = completion.plan.ids
     chunks = ChunkBuilder(ids.completion_id, ids.created, req.model, include_usage)
-    async with completion.start() as run:
-        # Errors before this point (queue full, missing binary) get a real HTTP status.
-        resp = _event_stream()
-        await resp.prepare(request)
-        out = SSEWriter(resp, request.app[GATEWAY].settings.keepalive_s)
-        await out.write(chunks.role())
-        out.start()
-        try:
-            try:
-                async for ev in completion.events(run):
-                    await out.write(chunks.event(ev))
-            except APIError as err:
-                await out.write(error_event(err))
-                completion.outcome.finish_reason = "error"
-            else:
-                await out.write(chunks.finish(completion.outcome.finish_reason))
-                if include_usage:
-                    await out.write(chunks.usage(completion.outcome.usage))
-                await out.write(DONE)
-        finally:
-            out.stop()
-        await resp.write_eof()
-        return resp
+    outcome = completion.outcome
+
+    def tail() -> Iterable[bytes]:
+        yield chunks.finish(outcome.finish_reason)
+        if include_usage:
+            yield chunks.usage(outcome.usage)
+        yield DONE
+
+    return await _serve_sse(
+        request, completion, lambda: [chunks.role()], lambda ev: [chunks.event(ev)], tail
+    )
+
+
+async def _stream_responses(
+    request: web.Request, completion: Completion, builder: ResponseBuilder
+) -> web.StreamResponse:
+    outcome = completion.outcome
+    return await _serve_sse(
+        request,
+        completion,
+        lambda: map(encode_event, builder.start()),
+        lambda ev: map(encode_event, builder.feed(ev)),
+        lambda: map(encode_event, builder.finish(outcome.usage, outcome.finish_reason)),
+    )
 
 
 def _log_done(
