@@ -11,6 +11,7 @@ so the streamed and the non-streamed answer cannot differ. The gateway is statel
 from __future__ import annotations
 
 import json
+import re
 import secrets
 from typing import Any, Literal
 
@@ -32,6 +33,8 @@ class ResponsesRequest(BaseModel):
     parallel_tool_calls: bool | None = None
     stream: bool | None = False
     previous_response_id: str | None = None
+    conversation: str | dict[str, Any] | None = None
+    text: dict[str, Any] | None = None
     max_output_tokens: int | None = None
     temperature: float | None = None
     top_p: float | None = None
@@ -57,6 +60,14 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
             "previous_response_id is not supported: cli-proxy keeps no state between calls; "
             "send the whole conversation in 'input'",
             param="previous_response_id",
+            code="unsupported_parameter",
+        )
+    if req.conversation is not None:
+        raise APIError(
+            400,
+            "conversation is not supported: cli-proxy keeps no state between calls; "
+            "send the whole conversation in 'input'",
+            param="conversation",
             code="unsupported_parameter",
         )
     messages: list[dict[str, Any]] = []
@@ -97,7 +108,16 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
             continue  # reasoning summaries of other models; references need server state
         else:
             raise APIError(400, f"unsupported input item type {kind!r}", param=f"input[{i}].type")
+    if not messages:
+        raise APIError(400, "input must contain at least one item", param="input")
     chat: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
+    if req.text and req.text.get("format") is not None:
+        chat["response_format"] = _response_format(req.text["format"])
+    if req.max_output_tokens is not None:
+        chat["max_tokens"] = req.max_output_tokens
+    for knob in ("temperature", "top_p", "user"):
+        if getattr(req, knob) is not None:
+            chat[knob] = getattr(req, knob)
     if req.tools:
         chat["tools"] = [_tool(t, i) for i, t in enumerate(req.tools)]
     if req.tool_choice is not None:
@@ -107,7 +127,24 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     try:
         return ChatCompletionRequest.model_validate(chat)
     except ValidationError as exc:
-        raise from_validation_error(exc) from None
+        err = from_validation_error(exc)
+        if err.param and err.param.startswith("tools["):
+            # chat nests a tool under "function"; name the field as the client sent it
+            new = re.sub(r"^(tools\[\d+\])\.function\b", r"\1", err.param)
+            err.message = err.message.replace(f"'{err.param}'", f"'{new}'")
+            err.param = new
+        raise err from None
+
+
+def _response_format(fmt: Any) -> dict[str, Any]:
+    """``text.format`` -> chat ``response_format`` (structured output, JSON mode)."""
+    kind = fmt.get("type") if isinstance(fmt, dict) else None
+    if kind == "json_schema":
+        schema = {k: fmt[k] for k in ("name", "schema", "strict", "description") if k in fmt}
+        return {"type": "json_schema", "json_schema": schema}
+    if kind in ("text", "json_object"):
+        return {"type": kind}
+    raise APIError(400, f"unsupported text.format {kind!r}", param="text.format.type")
 
 
 def _text(content: Any, index: int) -> str | list[dict[str, Any]]:
@@ -124,7 +161,8 @@ def _text(content: Any, index: int) -> str | list[dict[str, Any]]:
         elif kind == "refusal":
             parts.append({"type": "text", "text": str(part.get("refusal", ""))})
         elif kind == "input_image":
-            parts.append({"type": "image_url", "image_url": {"url": str(part.get("image_url"))}})
+            url = part.get("image_url") or part.get("file_id") or ""
+            parts.append({"type": "image_url", "image_url": {"url": str(url)}})
         else:
             parts.append({"type": str(kind)})
     return parts
@@ -153,7 +191,7 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
 # ------------------------------------------------------------------- response side
 
 
-Status = Literal["in_progress", "completed", "incomplete"]
+Status = Literal["in_progress", "completed", "incomplete", "failed"]
 
 
 def _new_id(prefix: str) -> str:
@@ -246,6 +284,19 @@ class ResponseBuilder:
         out.append(self._event(f"response.{status}", response=self.final))
         return out
 
+    def fail(self, err: APIError, usage: Usage) -> list[dict[str, Any]]:
+        """The answer broke off after the stream started: ``response.failed`` (what Codex
+        and other Responses clients act on), then an ``error`` event that also carries the
+        chat-style ``error`` object, on which openai-python raises ``APIError``."""
+        if self._open is not None:
+            self._open["status"] = "incomplete"
+            self._open = None
+        self.final = self.response("failed", usage, err)
+        return [
+            self._event("response.failed", response=self.final),
+            self._event("error", code=err.code, message=err.message, param=err.param, **err.body()),
+        ]
+
     def _index(self, item: dict[str, Any]) -> int:
         return next(i for i, it in enumerate(self.output) if it is item)
 
@@ -314,7 +365,7 @@ class ResponseBuilder:
 
     # the object ---------------------------------------------------------------
 
-    def response(self, status: Status, usage: Usage) -> dict[str, Any]:
+    def response(self, status: Status, usage: Usage, err: APIError | None = None) -> dict[str, Any]:
         tools = [
             {"type": "function", "strict": t.function.strict, **_fn(t.function.model_dump())}
             for t in self.chat.tools or []
@@ -331,7 +382,9 @@ class ResponseBuilder:
             )
             if status != "in_progress"
             else "",
-            "error": None,
+            "error": {"code": _failure_code(err), "message": err.message}
+            if err is not None
+            else None,
             "incomplete_details": {"reason": "max_output_tokens"}
             if status == "incomplete"
             else None,
@@ -346,7 +399,7 @@ class ResponseBuilder:
             "previous_response_id": None,
             "reasoning": None,
             "store": False,
-            "text": {"format": {"type": "text"}},
+            "text": {"format": (self.req.text or {}).get("format") or {"type": "text"}},
             "truncation": "disabled",
             "user": self.req.user,
             "usage": {
@@ -359,6 +412,13 @@ class ResponseBuilder:
             if status != "in_progress"
             else None,
         }
+
+
+def _failure_code(err: APIError) -> str:
+    """``Response.error.code`` is a closed set; the precise code stays on the error event."""
+    if err.status == 429:
+        return "rate_limit_exceeded"
+    return "invalid_prompt" if err.status == 400 else "server_error"
 
 
 def _fn(fn: dict[str, Any]) -> dict[str, Any]:

@@ -254,9 +254,10 @@ async def _serve_sse(
     head: Callable[[], Iterable[bytes]],
     encode: Callable[[AnswerEvent], Iterable[bytes]],
     tail: Callable[[], Iterable[bytes]],
+    fail: Callable[[APIError], Iterable[bytes]] = lambda err: [error_event(err)],
 ) -> web.StreamResponse:
-    """The one SSE delivery loop: head, one encoding per answer event, tail (or an error
-    event), keep-alives in between, then close. Used by chat completions and responses."""
+    """The one SSE delivery loop: head, one encoding per answer event, tail (or the error
+    events), keep-alives in between, then close. Used by chat completions and responses."""
     async with completion.start() as run:
         # Errors before this point (queue full, missing binary) get a real HTTP status.
         resp = web.StreamResponse(
@@ -278,8 +279,9 @@ async def _serve_sse(
                     for data in encode(ev):
                         await out.write(data)
             except APIError as err:
-                await out.write(error_event(err))
                 completion.outcome.finish_reason = "error"
+                for data in fail(err):
+                    await out.write(data)
             else:
                 for data in tail():
                     await out.write(data)
@@ -318,6 +320,7 @@ async def _stream_responses(
         lambda: map(encode_event, builder.start()),
         lambda ev: map(encode_event, builder.feed(ev)),
         lambda: map(encode_event, builder.finish(outcome.usage, outcome.finish_reason)),
+        lambda err: map(encode_event, builder.fail(err, outcome.usage)),
     )
 
 
