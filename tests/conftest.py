@@ -81,6 +81,16 @@ async def served(serve: ServeFactory) -> Served:
     return await serve()
 
 
+@pytest.fixture
+async def strict(served: Served) -> AsyncIterator[AsyncOpenAI]:
+    """A client that validates every response against the SDK's own models."""
+    client = AsyncOpenAI(
+        base_url=served.base_url, api_key="x", max_retries=0, _strict_response_validation=True
+    )
+    yield client
+    await client.close()
+
+
 @pytest.fixture(autouse=True)
 def no_leaked_children() -> Any:
     """Every test must end with no CLI process left behind."""

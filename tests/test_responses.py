@@ -14,15 +14,9 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, TypeAdapter
 
 from .conftest import Served, ServeFactory, fake
+from .test_responses_api import TIME, WEATHER
 
 EVENT = TypeAdapter(ResponseStreamEvent)
-WEATHER = {
-    "type": "function",
-    "name": "get_weather",
-    "description": "Current weather for a city",
-    "parameters": {"type": "object", "properties": {"city": {"type": "string"}}},
-}
-TIME = {"type": "function", "name": "get_time", "parameters": {"type": "object", "properties": {}}}
 TEXT_AND_CALLS = json.dumps(
     {
         "response": "Checking.",
@@ -32,15 +26,6 @@ TEXT_AND_CALLS = json.dumps(
         ],
     }
 )
-
-
-@pytest.fixture
-async def strict(served: Served) -> Any:
-    client = openai.AsyncOpenAI(
-        base_url=served.base_url, api_key="x", max_retries=0, _strict_response_validation=True
-    )
-    yield client
-    await client.close()
 
 
 async def raw_events(url: str, body: dict[str, Any]) -> list[dict[str, Any]]:

@@ -28,15 +28,6 @@ TWO_CALLS = json.dumps(
 )
 
 
-@pytest.fixture
-async def strict(served: Served) -> Any:
-    client = openai.AsyncOpenAI(
-        base_url=served.base_url, api_key="x", max_retries=0, _strict_response_validation=True
-    )
-    yield client
-    await client.close()
-
-
 @pytest.mark.parametrize("model", ["claude-sonnet-4-6", "gemini-2.5-flash"])
 async def test_text(strict: openai.AsyncOpenAI, model: str) -> None:
     r = await strict.responses.create(
