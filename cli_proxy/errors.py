@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, TypeVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, ValidationError
 
 from .protocol import ErrorBody, ErrorDetail
 
@@ -50,6 +50,17 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         detail = ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
         return ErrorBody(error=detail).model_dump()
+
+
+M = TypeVar("M", bound=BaseModel)
+
+
+def validated(model: type[M], data: Any) -> M:
+    """``model`` from request data, or the 400 that names the offending field."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        raise from_validation_error(exc) from None
 
 
 def from_validation_error(exc: ValidationError) -> APIError:

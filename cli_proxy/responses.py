@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict, ValidationError
 from .answer import AnswerEvent, ContentDelta, ToolCallArgs, ToolCallStart
 from .errors import APIError, from_validation_error
 from .protocol import ChatCompletionRequest, Usage
+from .sse import encode
 
 
 class ResponsesRequest(BaseModel):
@@ -40,13 +41,6 @@ class ResponsesRequest(BaseModel):
     top_p: float | None = None
     metadata: dict[str, Any] | None = None
     user: str | None = None
-
-
-def parse_responses_request(data: dict[str, Any]) -> ResponsesRequest:
-    try:
-        return ResponsesRequest.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
 
 
 # -------------------------------------------------------------------- request side
@@ -434,5 +428,5 @@ def _copy(item: dict[str, Any]) -> dict[str, Any]:
 
 
 def encode_event(event: dict[str, Any]) -> bytes:
-    data = json.dumps(event, ensure_ascii=False, separators=(",", ":"))
-    return f"event: {event['type']}\ndata: {data}\n\n".encode()
+    """A typed Responses event: its ``event:`` line, then the usual ``data:`` line."""
+    return f"event: {event['type']}\n".encode() + encode(event)

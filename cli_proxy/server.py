@@ -13,18 +13,17 @@ from urllib.parse import unquote
 
 import structlog
 from aiohttp import web
-from pydantic import ValidationError
 
 from .answer import AnswerEvent
 from .completion import Completion, Plan, collect
-from .errors import APIError, from_validation_error
+from .errors import APIError, validated
 from .gateway import Gateway
 from .logs import log
 from .protocol import ChatCompletionRequest, ModelCard, ModelList
 from .responses import (
     ResponseBuilder,
+    ResponsesRequest,
     encode_event,
-    parse_responses_request,
     to_chat_request,
 )
 from .sse import DONE, ChunkBuilder, SSEWriter, error_event
@@ -158,11 +157,7 @@ async def read_json(request: web.Request) -> dict[str, Any]:
 
 
 async def parse_request(request: web.Request) -> ChatCompletionRequest:
-    data = await read_json(request)
-    try:
-        return ChatCompletionRequest.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
+    return validated(ChatCompletionRequest, await read_json(request))
 
 
 def prepare(gw: Gateway, req: ChatCompletionRequest, api: str) -> tuple[Completion, Logger]:
@@ -230,7 +225,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
-    rreq = parse_responses_request(await read_json(request))
+    rreq = validated(ResponsesRequest, await read_json(request))
     req = to_chat_request(rreq)
     completion, logger = prepare(request.app[GATEWAY], req, "responses")
     ids = completion.plan.ids
