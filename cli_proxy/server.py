@@ -56,7 +56,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     try:
         return await handler(request)
     except APIError as err:
-        if not request.get(LOGGED, False):  # chat_completions logs its own outcome
+        if not request.get(LOGGED, False):  # run_logged already logged this request
             log.info(
                 "request_rejected",
                 method=request.method,
