@@ -15,9 +15,10 @@ from typing import Any
 from aiohttp import web
 
 from . import __version__
+from .backends import names
 from .backends.base import split_command
 from .config import Settings
-from .gateway import Gateway, PlanSource, live_backends
+from .gateway import Gateway, LiveBackends, PlanSource
 from .logs import configure, log
 from .server import create_app
 
@@ -29,9 +30,13 @@ def build_parser() -> argparse.ArgumentParser:
     s = sub.add_parser("serve", help="run the OpenAI-compatible gateway (the default)")
     s.add_argument("--host", help="bind address (default 127.0.0.1)")
     s.add_argument("--port", type=int, help="port (default 8080; 0 picks a free one)")
-    s.add_argument("--claude-bin", help="claude command (path or command line)")
-    s.add_argument("--gemini-bin", help="gemini command (path or command line)")
-    s.add_argument("--backends", help="comma-separated backends to enable (claude,gemini)")
+    for name in names():
+        s.add_argument(
+            f"--{name}-bin",
+            dest=f"{name}_bin",
+            help=f"{name} command (path or command line; default {name!r})",
+        )
+    s.add_argument("--backends", help=f"comma-separated backends to enable ({','.join(names())})")
     s.add_argument("--api-key", action="append", dest="api_keys", help="require this Bearer key")
     s.add_argument("--max-concurrency", type=int, help="CLI processes at once")
     s.add_argument("--max-queue", type=int, help="requests waiting for a slot before 429")
@@ -53,11 +58,10 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
 
 
 def missing_binaries(settings: Settings) -> list[str]:
-    bins = {"claude": settings.claude_bin, "gemini": settings.gemini_bin}
     return [
         name
         for name in settings.backends
-        if name in bins and shutil.which(split_command(bins[name])[0]) is None
+        if shutil.which(split_command(settings.options_for(name).bin)[0]) is None
     ]
 
 
@@ -79,16 +83,15 @@ def make_gateway(settings: Settings) -> tuple[Gateway, str]:
         live = [b for b in settings.backends if b not in missing]
         if not live:
             fixtures = default_fixtures_dir()
-            settings.replay_dir = fixtures
             source = ReplaySource.load(fixtures, settings)
+            flags = " / ".join(f"--{b}-bin" for b in settings.backends)
             mode = (
                 f"no CLI found ({', '.join(missing)} not on PATH): REPLAY MODE, serving "
                 f"{len(source.store)} recorded fixtures from {fixtures}; install a CLI or set "
-                "--claude-bin / --gemini-bin to answer live"
+                f"{flags} to answer live"
             )
         else:
-            settings.backends = live
-            source = live_backends(settings)
+            source = LiveBackends.from_settings(settings, live)
             mode = f"live mode: backends {', '.join(live)}" + (
                 f" (not found: {', '.join(missing)})" if missing else ""
             )

@@ -1,135 +1,113 @@
-"""One chat completion: request -> prompt -> CLI process -> answer events.
+"""One chat completion: a plan's CLI process -> answer events.
 
-The HTTP layer decides how to deliver the events (one JSON body or SSE chunks);
-everything up to that point is shared, so streaming and non-streaming answers
-are the same answer by construction.
+The HTTP layer decides how to deliver the events (one JSON body or SSE chunks); everything
+up to that point is shared, so streaming and non-streaming answers are the same answer by
+construction. The completion owns its outcome (usage, finish reason, process stats): only
+its own code writes it.
 """
 
 from __future__ import annotations
 
 import contextlib
-import secrets
-import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
 from .answer import AnswerEvent, AnswerParser, ContentDelta, ToolCallArgs, ToolCallStart
-from .backends.base import Backend, CallOptions
-from .errors import APIError
+from .containment import Launcher
 from .events import CliEvent, Failure, Truncated, UsageReport
-from .process import CliRun, RunStats, Supervisor
+from .failures import CallError, CliFailed
+from .plan import Plan, new_call_id
+from .process import CliRun, RunStats, started
 from .protocol import (
     ChatCompletion,
-    ChatCompletionRequest,
     Choice,
     ResponseFunction,
     ResponseMessage,
     ResponseToolCall,
     Usage,
 )
-
-
-def new_call_id() -> str:
-    return "call_" + secrets.token_hex(12)
-
-
-def new_completion_id() -> str:
-    return "chatcmpl-" + secrets.token_hex(12)
-
-
-@dataclass
-class ResponseIds:
-    """The ids a response carries; replay reuses recorded ones so answers are byte-identical."""
-
-    completion_id: str = field(default_factory=new_completion_id)
-    created: int = field(default_factory=lambda: int(time.time()))
-    call_ids: list[str] = field(default_factory=list)
-    _next: int = 0
-
-    def next_call_id(self) -> str:
-        if self._next < len(self.call_ids):
-            call_id = self.call_ids[self._next]
-        else:
-            call_id = new_call_id()
-            self.call_ids.append(call_id)
-        self._next += 1
-        return call_id
+from .supervisor import Supervisor
 
 
 class LineSink:
     """Receives every stdout line with its time offset (the recorder implements it)."""
 
     def spawned(self) -> None:
-        """The process has started: line times count from here, not from queueing."""
+        """The prompt is being written: line times count from here, not from queueing."""
 
     def line(self, data: bytes) -> None: ...
 
-    def done(self, exit_code: int | None, stderr: str, stats: RunStats) -> None: ...
-
-
-@dataclass
-class Plan:
-    """Everything decided before a process starts."""
-
-    request: ChatCompletionRequest
-    backend: Backend
-    options: CallOptions
-    prompt: str
-    tools_active: bool
-    env: dict[str, str]
-    argv: list[str] = field(default_factory=list)
-    ids: ResponseIds = field(default_factory=ResponseIds)
-
-    def __post_init__(self) -> None:
-        if not self.argv:
-            self.argv = self.backend.argv(self.options)
+    def done(self, completion: Completion) -> None:
+        """The run is over (reaped); ``completion.outcome`` is final."""
 
 
 @dataclass
 class Outcome:
     usage: Usage = field(default_factory=Usage)
-    finish_reason: str = "stop"
+    finish_reason: str = "stop"  # "error" when the call failed after it started
     stats: RunStats | None = None
+    call_ids: list[str] = field(default_factory=list)  # tool-call ids handed out, in order
 
 
 class Completion:
-    """Runs one plan; ``events`` yields answer events, raising APIError on failure."""
+    """Runs one plan: ``async with completion.run() as answer: async for ev in answer``.
+
+    Entering ``run()`` queues for a slot and starts the CLI, so its errors (``CallError``)
+    come before any response byte; iterating the answer may raise ``CallError`` later.
+    """
 
     def __init__(
         self,
         plan: Plan,
         supervisor: Supervisor,
+        launcher: Launcher,
         sink: LineSink | None = None,
     ) -> None:
         self.plan = plan
         self.supervisor = supervisor
+        self.launcher = launcher
         self.sink = sink
         self.outcome = Outcome()
 
+    def _next_call_id(self) -> str:
+        recorded = self.plan.call.ids.call_ids
+        n = len(self.outcome.call_ids)
+        call_id = recorded[n] if n < len(recorded) else new_call_id()
+        self.outcome.call_ids.append(call_id)
+        return call_id
+
     @contextlib.asynccontextmanager
-    async def start(self) -> AsyncIterator[CliRun]:
-        """Queue for a slot and spawn; errors here happen before any response byte."""
-        stdin = self.plan.prompt.encode("utf-8")
-        started: CliRun | None = None
+    async def run(self) -> AsyncIterator[AsyncIterator[AnswerEvent]]:
+        run: CliRun | None = None
         try:
-            async with self.supervisor.run(
-                self.plan.argv,
-                env=self.plan.env,
-                stdin=stdin,
-                prepare=self.plan.backend.prepare_workdir,
-            ) as run:
-                started = run
+            async with (
+                self.supervisor.admit() as slot,
+                started(
+                    self.plan.launch, self.launcher, self.supervisor.limits, slot.deadline
+                ) as run,
+            ):
                 self.outcome.stats = run.stats
+                slot.track(run)
                 if self.sink is not None:
                     self.sink.spawned()
-                yield run
+                run.feed(self.plan.call.stdin)
+                yield self._events(run)
         finally:
-            if self.sink is not None and started is not None:
-                self.sink.done(started.stats.exit_code, started.stats.stderr, started.stats)
+            if self.sink is not None and run is not None:
+                self.sink.done(self)
 
-    async def events(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
-        parser = self.plan.backend.new_parser()
-        answer = AnswerParser(self.plan.ids.next_call_id) if self.plan.tools_active else None
+    async def _events(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
+        try:
+            async for ev in self._answer(run):
+                yield ev
+        except CallError:
+            self.outcome.finish_reason = "error"
+            raise
+
+    async def _answer(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
+        call = self.plan.call
+        parser = call.parser()
+        answer = AnswerParser(self._next_call_id) if call.tools_active else None
         failure: Failure | None = None
         truncated = False
 
@@ -162,7 +140,7 @@ class Completion:
         for out in consume(parser.finish(code, run.stderr)):
             yield out
         if failure is not None:
-            raise APIError(failure.status, failure.message, code=failure.code)
+            raise CliFailed(failure.kind, failure.message, failure.retry_after_s)
         if answer is not None:
             for out in answer.finish():
                 yield out
@@ -171,24 +149,27 @@ class Completion:
             self.outcome.finish_reason = "length"
 
 
-async def collect(completion: Completion, run: CliRun) -> ChatCompletion:
+async def collect(completion: Completion) -> ChatCompletion:
     """The non-streaming answer: the same events, accumulated."""
     content: list[str] = []
     calls: list[ResponseToolCall] = []
-    async for ev in completion.events(run):
-        if isinstance(ev, ContentDelta):
-            content.append(ev.text)
-        elif isinstance(ev, ToolCallStart):
-            calls.append(
-                ResponseToolCall(id=ev.id, function=ResponseFunction(name=ev.name, arguments=""))
-            )
-        elif isinstance(ev, ToolCallArgs):
-            calls[ev.index].function.arguments += ev.fragment
+    async with completion.run() as answer:
+        async for ev in answer:
+            if isinstance(ev, ContentDelta):
+                content.append(ev.text)
+            elif isinstance(ev, ToolCallStart):
+                calls.append(
+                    ResponseToolCall(
+                        id=ev.id, function=ResponseFunction(name=ev.name, arguments="")
+                    )
+                )
+            elif isinstance(ev, ToolCallArgs):
+                calls[ev.index].function.arguments += ev.fragment
     text = "".join(content)
     message = ResponseMessage(content=text or None, tool_calls=calls or None)
     if not calls and not text:
         message.content = ""
-    ids = completion.plan.ids
+    ids = completion.plan.call.ids
     return ChatCompletion(
         id=ids.completion_id,
         created=ids.created,

@@ -1,28 +1,65 @@
-"""Gateway settings: defaults, then ``CLI_PROXY_*`` environment variables, then CLI flags."""
+"""Gateway settings: defaults, then ``CLI_PROXY_*`` environment variables, then CLI flags.
+
+Validated once and frozen. Each backend's own settings (``CLI_PROXY_CLAUDE__BIN``, or the
+older ``CLI_PROXY_CLAUDE_BIN`` / ``claude_bin=``) are validated by that backend's options
+model, for every registered backend.
+"""
 
 from __future__ import annotations
 
 import os
 from pathlib import Path
-from typing import Annotated
+from typing import Annotated, Any
 
-from pydantic import Field, SecretStr, field_validator
+from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
+
+from .backends import names as backend_names
+from .backends.base import BackendOptions
+from .backends.registry import backend_class
+
+ENV_PREFIX = "CLI_PROXY_"
 
 
 def _default_concurrency() -> int:
     return max(2, os.cpu_count() or 2)
 
 
+def _collect_backend_options(data: dict[str, Any]) -> dict[str, BackendOptions]:
+    """Per backend: nested env (``CLI_PROXY_<NAME>__<FIELD>``), the older flat env and keyword
+    (``CLI_PROXY_<NAME>_BIN``, ``<name>_bin``), a nested mapping (``<name>={...}``); later
+    wins."""
+    out: dict[str, BackendOptions] = {}
+    given = data.get("backend_options") or {}
+    for name in backend_names():
+        values: dict[str, Any] = {}
+        nested = f"{ENV_PREFIX}{name.upper()}__"
+        for key, value in os.environ.items():
+            if key.startswith(nested):
+                values[key[len(nested) :].lower()] = value
+        flat = os.environ.get(f"{ENV_PREFIX}{name.upper()}_BIN")
+        if flat is not None:
+            values["bin"] = flat
+        if data.get(f"{name}_bin") is not None:
+            values["bin"] = data[f"{name}_bin"]
+        for mapping in (data.get(name), given.get(name)):
+            if isinstance(mapping, BackendOptions):
+                values.update(mapping.model_dump())
+            elif isinstance(mapping, dict):
+                values.update(mapping)
+        out[name] = backend_class(name).options_from(values)
+    return out
+
+
 class Settings(BaseSettings):
-    model_config = SettingsConfigDict(env_prefix="CLI_PROXY_", extra="ignore")
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="ignore", frozen=True)
 
     host: str = "127.0.0.1"
     port: int = Field(default=8080, ge=0, le=65535)
 
-    claude_bin: str = "claude"
-    gemini_bin: str = "gemini"
-    backends: Annotated[list[str], NoDecode] = Field(default_factory=lambda: ["claude", "gemini"])
+    backends: Annotated[list[str], NoDecode] = Field(default_factory=lambda: [*backend_names()])
+    backend_options: dict[str, Any] = Field(default_factory=dict)
+    """name -> that backend's validated ``BackendOptions`` (filled from the sources above)."""
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
 
@@ -49,9 +86,30 @@ class Settings(BaseSettings):
     log_prompts: bool = False
     log_json: bool = False
 
+    @model_validator(mode="before")
+    @classmethod
+    def _backend_options(cls, data: Any) -> Any:
+        if isinstance(data, dict):
+            data = {**data, "backend_options": _collect_backend_options(data)}
+        return data
+
     @field_validator("backends", "api_keys", "drop_env", mode="before")
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):
             return [v.strip() for v in value.split(",") if v.strip()]
         return value
+
+    @field_validator("backends")
+    @classmethod
+    def _registered(cls, value: list[str]) -> list[str]:
+        unknown = [b for b in value if b not in backend_names()]
+        if unknown:
+            raise ValueError(
+                f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(backend_names())}"
+            )
+        return value
+
+    def options_for(self, backend: str) -> BackendOptions:
+        options: BackendOptions = self.backend_options[backend]
+        return options

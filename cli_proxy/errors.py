@@ -1,11 +1,22 @@
-"""OpenAI-shaped errors: one exception type the HTTP layer turns into a response."""
+"""OpenAI-shaped errors: one exception type the HTTP layer turns into a response, and the
+one mapping from domain failures (``failures.py``) to it."""
 
 from __future__ import annotations
 
+import math
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
 
+from .failures import (
+    CallError,
+    CliFailed,
+    CliMissing,
+    CliTimeout,
+    FailureKind,
+    ShuttingDown,
+    SlotsBusy,
+)
 from .protocol import ErrorBody, ErrorDetail
 
 _TYPES = {
@@ -50,6 +61,45 @@ class APIError(Exception):
     def body(self) -> dict[str, Any]:
         detail = ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
         return ErrorBody(error=detail).model_dump()
+
+
+# what each CLI-reported failure is to an OpenAI client: (status, code)
+_KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
+    FailureKind.AUTH: (401, "cli_auth_failed"),
+    FailureKind.RATE_LIMITED: (429, "rate_limit_exceeded"),
+    FailureKind.OVERLOADED: (503, "cli_overloaded"),
+    FailureKind.CONTEXT_LENGTH: (400, "context_length_exceeded"),
+    FailureKind.BAD_REQUEST: (400, "cli_error"),
+    FailureKind.TIMEOUT: (504, "cli_timeout"),
+    FailureKind.EMPTY_ANSWER: (502, "empty_answer"),
+    FailureKind.OVERSIZED_OUTPUT: (502, "oversized_output"),
+    FailureKind.CLI_ERROR: (502, "cli_error"),
+}
+
+
+def _retry_after(seconds: float | None) -> dict[str, str]:
+    return {"Retry-After": str(max(1, math.ceil(seconds)))} if seconds is not None else {}
+
+
+def api_error(exc: CallError) -> APIError:
+    """The one place where a domain failure becomes an HTTP status and error body."""
+    if isinstance(exc, CliFailed):
+        status, code = _KIND_STATUS[exc.kind]
+        return APIError(status, exc.message, code=code, headers=_retry_after(exc.retry_after_s))
+    if isinstance(exc, SlotsBusy):
+        return APIError(
+            429,
+            exc.message,
+            code="too_many_concurrent_requests",
+            headers=_retry_after(exc.retry_after_s),
+        )
+    if isinstance(exc, ShuttingDown):
+        return APIError(503, exc.message, code="shutting_down")
+    if isinstance(exc, CliMissing):
+        return APIError(503, exc.message, code="cli_not_found")
+    if isinstance(exc, CliTimeout):
+        return APIError(504, exc.message, code="cli_timeout")
+    return APIError(502, exc.message, code="cli_error")
 
 
 M = TypeVar("M", bound=BaseModel)

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from .failures import FailureKind
+
 
 @dataclass(frozen=True, slots=True)
 class TextDelta:
@@ -22,11 +24,11 @@ class UsageReport:
 
 @dataclass(frozen=True, slots=True)
 class Failure:
-    """The CLI said the call failed; ``status`` is the HTTP status the client should see."""
+    """The CLI said the call failed; ``kind`` says why (mapped to HTTP only at the edge)."""
 
-    status: int
+    kind: FailureKind
     message: str
-    code: str | None = None
+    retry_after_s: float | None = None
 
 
 @dataclass(frozen=True, slots=True)

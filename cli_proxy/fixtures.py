@@ -21,23 +21,18 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backends.base import Backend, CallOptions, StreamParser, scrub_env
-from .backends.claude import ClaudeParser
-from .backends.gemini import GeminiParser
-from .completion import LineSink, Plan, ResponseIds
+from .backends import backend_class, names
+from .backends.base import LaunchOptions, scrub_env
+from .completion import Completion, LineSink
 from .config import Settings
 from .errors import APIError
-from .gateway import PlanSource
-from .process import RunStats
+from .gateway import Target
+from .plan import LaunchSpec, Plan, ResponseIds
 from .protocol import ChatCompletionRequest
 from .routing import Route
 
 FORMAT = "cli-proxy-fixture"
 VERSION = 1
-PARSERS: dict[str, type[ClaudeParser] | type[GeminiParser]] = {
-    "claude": ClaudeParser,
-    "gemini": GeminiParser,
-}
 _KEY_FIELDS = (
     "model",
     "messages",
@@ -104,8 +99,8 @@ def load_fixture(path: Path) -> Fixture:
 
 
 def _shape_problems(data: dict[str, Any]) -> str:
-    if data.get("backend") not in PARSERS:
-        return f"backend must be one of {sorted(PARSERS)}"
+    if data.get("backend") not in names():
+        return f"backend must be one of {sorted(names())}"
     if not isinstance(data.get("request"), dict) or not data["request"].get("model"):
         return "request must be an object with a model"
     stdout = data.get("stdout")
@@ -148,39 +143,39 @@ class FixtureStore:
         return best[1] if best else None
 
 
-class ReplayBackend:
-    """Runs the replayer process for one fixture; parses like the recorded CLI."""
-
-    def __init__(self, fixture: Fixture, speed: float) -> None:
-        self.fixture = fixture
-        self.speed = speed
-        self.name = f"replay:{fixture.backend}"
-
-    def argv(self, options: CallOptions) -> list[str]:
-        return [
-            sys.executable,
-            "-m",
-            "cli_proxy.replayer",
-            str(self.fixture.path.resolve()),
-            "--speed",
-            str(self.speed),
-        ]
-
-    def env(self, base: Mapping[str, str]) -> dict[str, str]:
-        env = scrub_env(base)
-        # the replayer imports cli_proxy: make sure the child finds this very package
-        root = str(Path(__file__).resolve().parent.parent)
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
-        return env
-
-    def prepare_workdir(self, path: Path) -> None:
-        pass
-
-    def new_parser(self) -> StreamParser:
-        return PARSERS[self.fixture.backend]()
+def _replay_spec(fixture: Fixture, speed: float) -> LaunchSpec:
+    """The replayer process for one fixture, as a launch spec like any CLI's."""
+    env = scrub_env(os.environ)
+    # the replayer imports cli_proxy: make sure the child finds this very package
+    root = str(Path(__file__).resolve().parent.parent)
+    env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    argv = [
+        sys.executable,
+        "-m",
+        "cli_proxy.replayer",
+        str(fixture.path.resolve()),
+        "--speed",
+        str(speed),
+    ]
+    return LaunchSpec.make(f"replay:{fixture.backend}", argv, env)
 
 
-class ReplaySource(PlanSource):
+def _recorded_ids(fixture: Fixture) -> ResponseIds:
+    ids = fixture.data.get("response_ids")
+    if not isinstance(ids, dict):
+        return ResponseIds()
+    fresh = ResponseIds()
+    return ResponseIds(
+        completion_id=str(ids.get("completion_id") or fresh.completion_id),
+        created=int(ids.get("created") or fresh.created),
+        call_ids=tuple(str(c) for c in ids.get("call_ids") or []),
+    )
+
+
+class ReplaySource:
+    """Answers from recorded fixtures: the process is the replayer, the parser the recorded
+    backend's own."""
+
     def __init__(self, store: FixtureStore, speed: float) -> None:
         self.store = store
         self.speed = speed
@@ -199,7 +194,7 @@ class ReplaySource(PlanSource):
         backend = self._models().get(model)
         return Route(backend, model) if backend else None
 
-    def backend_for(self, req: ChatCompletionRequest, route: Route, prompt: str) -> Backend:
+    def target(self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions) -> Target:
         normalized = normalized_request(req)
         key = request_key(normalized)
         fixture = self.store.by_key.get(key)
@@ -214,18 +209,12 @@ class ReplaySource(PlanSource):
                 f"no recorded fixture matches this request (key {key}){hint}",
                 code="fixture_not_found",
             )
-        return ReplayBackend(fixture, self.speed)
-
-    def ids_for(self, backend: Backend) -> ResponseIds:
-        if isinstance(backend, ReplayBackend):
-            ids = backend.fixture.data.get("response_ids")
-            if isinstance(ids, dict):
-                return ResponseIds(
-                    completion_id=str(ids.get("completion_id") or ResponseIds().completion_id),
-                    created=int(ids.get("created") or time.time()),
-                    call_ids=[str(c) for c in ids.get("call_ids") or []],
-                )
-        return ResponseIds()
+        return Target(
+            _replay_spec(fixture, self.speed),
+            lambda prompt: prompt.encode("utf-8"),
+            backend_class(fixture.backend).new_parser,
+            _recorded_ids(fixture),
+        )
 
 
 def _first_difference(a: Mapping[str, Any], b: Mapping[str, Any]) -> str:
@@ -261,13 +250,15 @@ class RecordingSink(LineSink):
         t = round(time.monotonic() - self.started, 4)
         self.lines.append({"t": t, "line": data.decode("utf-8", "replace").rstrip("\r\n")})
 
-    def done(self, exit_code: int | None, stderr: str, stats: RunStats) -> None:
-        if stats.killed is not None or exit_code is None:
+    def done(self, completion: Completion) -> None:
+        stats = completion.outcome.stats
+        if stats is None or stats.killed is not None or stats.exit_code is None:
             return  # a cancelled or timed-out run is not a faithful recording
-        backend = self.plan.backend.name.removeprefix("replay:")
+        exit_code, stderr = stats.exit_code, stats.stderr
+        backend = self.plan.launch.backend.removeprefix("replay:")
         normalized = normalized_request(self.plan.request)
         key = request_key(normalized)
-        argv = list(self.plan.argv)
+        argv = list(self.plan.launch.argv)
         argv[0] = Path(argv[0]).name
         data = {
             "format": FORMAT,
@@ -275,17 +266,17 @@ class RecordingSink(LineSink):
             "key": key,
             "recorded_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
             "backend": backend,
-            "cli_version": _cli_version(self.lines),
+            "cli_version": backend_class(backend).cli_version([e["line"] for e in self.lines]),
             "request": normalized,
-            "prompt": self.plan.prompt,
+            "prompt": self.plan.call.prompt,
             "argv": argv,
             "exit_code": exit_code,
             "stderr": stderr,
             "duration_s": round(stats.duration_s, 4),
             "response_ids": {
-                "completion_id": self.plan.ids.completion_id,
-                "created": self.plan.ids.created,
-                "call_ids": self.plan.ids.call_ids,
+                "completion_id": self.plan.call.ids.completion_id,
+                "created": self.plan.call.ids.created,
+                "call_ids": completion.outcome.call_ids,
             },
             "stdout": self.lines,
         }
@@ -296,14 +287,3 @@ class RecordingSink(LineSink):
             json.dump(data, fh, ensure_ascii=False, indent=1)
             fh.write("\n")
         os.replace(tmp, target)
-
-
-def _cli_version(lines: list[dict[str, Any]]) -> str | None:
-    for entry in lines[:3]:
-        try:
-            obj = json.loads(entry["line"])
-        except ValueError:
-            continue
-        if isinstance(obj, dict) and isinstance(obj.get("claude_code_version"), str):
-            return str(obj["claude_code_version"])
-    return None

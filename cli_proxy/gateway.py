@@ -1,60 +1,86 @@
-"""The gateway's long-lived parts and the checks that turn a request into a plan."""
+"""The gateway: its long-lived parts, and ``plan``, the one place a request becomes a plan.
+
+``plan`` runs every domain step between a validated request and a process: semantic checks,
+routing, the prompt, the backend's argv/env/work-dir files, the stdin encoding and the ids.
+Where the CLI command comes from (live backends or recorded fixtures) is a ``PlanSource``.
+"""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Protocol
 
-from .backends import ClaudeBackend, GeminiBackend
-from .backends.base import Backend, CallOptions
-from .completion import LineSink, Plan, ResponseIds
+from .backends import backend_class
+from .backends.base import Backend, LaunchOptions, StreamParser
+from .completion import Completion, LineSink
 from .config import Settings
+from .containment import Launcher, make_launcher
 from .errors import APIError
-from .process import Limits, Supervisor
+from .plan import CallInput, LaunchSpec, Plan, ResponseIds
+from .process import Limits
 from .prompt import PromptOptions, build_prompt, tools_active
 from .protocol import ChatCompletionRequest, NamedToolChoice
 from .routing import Route, listed_models, route
+from .supervisor import Supervisor
 
 
-class PlanSource:
+@dataclass(frozen=True, slots=True)
+class Target:
+    """What a source contributes to a plan: the process to start and how to talk to it."""
+
+    launch: LaunchSpec
+    encode: Callable[[str], bytes]
+    parser: Callable[[], StreamParser]
+    ids: ResponseIds = field(default_factory=ResponseIds)
+
+
+class PlanSource(Protocol):
     """Where a routed request's CLI command comes from: live backends, or recorded fixtures."""
 
-    def backend_for(self, req: ChatCompletionRequest, route: Route, prompt: str) -> Backend:
-        raise NotImplementedError
+    def models(self) -> list[tuple[str, str]]: ...
 
-    def models(self) -> list[tuple[str, str]]:
-        raise NotImplementedError
+    def route(self, model: str) -> Route | None: ...
 
-    def ids_for(self, backend: Backend) -> ResponseIds:
-        return ResponseIds()
-
-    def route(self, model: str) -> Route | None:
-        raise NotImplementedError
+    def target(self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions) -> Target:
+        """The process for this request (or an APIError, e.g. no fixture matches)."""
+        ...
 
 
-class LiveBackends(PlanSource):
+class LiveBackends:
+    """The enabled backends, built from their validated options."""
+
     def __init__(self, backends: dict[str, Backend]) -> None:
         self.backends = backends
-        self.enabled = frozenset(backends)
+        self.classes = {name: type(b) for name, b in backends.items()}
 
-    def backend_for(self, req: ChatCompletionRequest, route: Route, prompt: str) -> Backend:
-        return self.backends[route.backend]
+    @classmethod
+    def from_settings(cls, settings: Settings, enabled: list[str] | None = None) -> LiveBackends:
+        drop = frozenset(settings.drop_env)
+        return cls(
+            {
+                name: backend_class(name)(settings.options_for(name), drop)
+                for name in (settings.backends if enabled is None else enabled)
+            }
+        )
 
     def models(self) -> list[tuple[str, str]]:
-        return listed_models(self.enabled)
+        return listed_models(self.classes)
 
     def route(self, model: str) -> Route | None:
-        return route(model, self.enabled)
+        return route(model, self.classes)
+
+    def target(self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions) -> Target:
+        backend = self.backends[route.backend]
+        spec = LaunchSpec.make(
+            backend.name, backend.argv(launch), backend.env(os.environ), backend.workdir_files()
+        )
+        return Target(spec, backend.encode_prompt, backend.new_parser)
 
 
 def live_backends(settings: Settings) -> LiveBackends:
-    drop = frozenset(settings.drop_env)
-    available: dict[str, Backend] = {
-        "claude": ClaudeBackend(settings.claude_bin, drop),
-        "gemini": GeminiBackend(settings.gemini_bin, drop),
-    }
-    return LiveBackends({k: v for k, v in available.items() if k in settings.backends})
+    return LiveBackends.from_settings(settings)
 
 
 @dataclass
@@ -62,7 +88,9 @@ class Gateway:
     settings: Settings
     source: PlanSource
     sink_for: Callable[[Plan], LineSink | None] | None = None
+    launcher_name: str = "pdeathsig"
     supervisor: Supervisor = field(init=False)
+    launcher: Launcher = field(init=False)
     prompt_options: PromptOptions = field(init=False)
 
     def __post_init__(self) -> None:
@@ -72,9 +100,30 @@ class Gateway:
             max_queue=s.max_queue,
             limits=Limits(s.timeout_s, s.idle_timeout_s, s.kill_grace_s),
         )
+        self.launcher = make_launcher(self.launcher_name)
         self.prompt_options = PromptOptions(s.function_list_threshold, s.sanitize_system)
 
-    def check(self, req: ChatCompletionRequest) -> Route:
+    def plan(self, req: ChatCompletionRequest) -> Plan:
+        """Everything decided before a process exists; APIError for a request that cannot run."""
+        r = self._check(req)
+        prompt = self._prompt(req)
+        target = self.source.target(
+            req, r, LaunchOptions(model=r.cli_model, stream_partial=bool(req.stream))
+        )
+        call = CallInput(
+            prompt=prompt,
+            stdin=target.encode(prompt),
+            tools_active=tools_active(req),
+            ids=target.ids,
+            parser=target.parser,
+        )
+        return Plan(req, target.launch, call)
+
+    def completion(self, plan: Plan) -> Completion:
+        sink = self.sink_for(plan) if self.sink_for is not None else None
+        return Completion(plan, self.supervisor, self.launcher, sink)
+
+    def _check(self, req: ChatCompletionRequest) -> Route:
         """Semantic checks pydantic cannot express; returns the route."""
         s = self.settings
         if len(req.messages) > s.max_messages:
@@ -112,7 +161,7 @@ class Gateway:
             )
         return r
 
-    def prompt(self, req: ChatCompletionRequest) -> str:
+    def _prompt(self, req: ChatCompletionRequest) -> str:
         text = build_prompt(req, self.prompt_options)
         if len(text) > self.settings.max_prompt_chars:
             raise APIError(
@@ -123,12 +172,3 @@ class Gateway:
                 code="context_length_exceeded",
             )
         return text
-
-    def options(self, req: ChatCompletionRequest, route: Route) -> CallOptions:
-        return CallOptions(model=route.cli_model, stream_partial=bool(req.stream))
-
-    def tools_active(self, req: ChatCompletionRequest) -> bool:
-        return tools_active(req)
-
-    def child_env(self, backend: Backend) -> dict[str, str]:
-        return backend.env(os.environ)

@@ -1,64 +1,30 @@
-"""Spawn, watch and reliably kill CLI processes.
+"""Run, watch and reliably kill one CLI process.
 
-Each CLI runs in its own session (process group) with the prompt on stdin, so
-the whole tree can be signalled at once; a supervisor caps how many run at a
-time and kills every tree it started on shutdown. A run is only over once its
-process has been reaped, so a freed slot never hides a live child.
+Each CLI runs in its own session (process group) with the prompt on stdin, so the whole tree
+can be signalled at once. A run is only over once its process has been reaped and its work
+dir removed (``started``), so a freed slot never hides a live child. How the process is
+wrapped at exec is ``containment.py``'s job; how many run at once is ``supervisor.py``'s.
 """
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
-import ctypes
 import os
-import shutil
 import signal
-import sys
-import tempfile
 import time
-from collections.abc import AsyncIterator, Callable, Mapping, Sequence
-from dataclasses import dataclass, field
-from pathlib import Path
+from collections.abc import AsyncIterator, Sequence
+from dataclasses import dataclass
 
 import psutil
 
-from .errors import APIError
+from .containment import Launcher, make_workdir, remove_workdir, spawn
+from .failures import CliFailed, CliTimeout, FailureKind, ShuttingDown
+from .plan import LaunchSpec
 
-_STDOUT_LIMIT = 64 * 1024 * 1024  # one stream-json line may carry a whole long answer
 _STDERR_KEEP = 64 * 1024
-_PR_SET_PDEATHSIG = 1
 _POLL_S = 0.05
 _PIPE_GRACE_S = 1.0  # after the CLI exited: how long its pipes may stay open
-
-
-def _load_prctl() -> Callable[..., int] | None:
-    if sys.platform != "linux":
-        return None
-    try:
-        fn: Callable[..., int] = ctypes.CDLL(None, use_errno=True).prctl
-    except (OSError, AttributeError):
-        return None
-    return fn
-
-
-# Resolved once in the parent: the code between fork and exec must not dlopen (other
-# threads may hold the loader lock at fork time).
-_PRCTL = _load_prctl()
-
-
-def _die_with(parent: int) -> Callable[[], None] | None:
-    """Linux: the CLI gets SIGKILL if the gateway dies, even by ``kill -9``."""
-    prctl = _PRCTL
-    if prctl is None:
-        return None
-
-    def preexec() -> None:  # pragma: no cover - runs in the child between fork and exec
-        prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-        if os.getppid() != parent:  # the gateway died before prctl took effect
-            os.kill(os.getpid(), signal.SIGKILL)
-
-    return preexec
 
 
 @dataclass(slots=True)
@@ -92,7 +58,8 @@ class CliRun:
         self._tasks: list[asyncio.Task[None]] = []
         self._watcher: asyncio.Task[None] | None = None
 
-    def _start_io(self, stdin_data: bytes) -> None:
+    def feed(self, stdin_data: bytes) -> None:
+        """Write the input (then close stdin) while stdout and stderr are read."""
         self._tasks.append(asyncio.create_task(self._feed_stdin(stdin_data)))
         self._tasks.append(asyncio.create_task(self._drain_stderr()))
         self._watcher = asyncio.create_task(self._watch_exit())
@@ -130,7 +97,7 @@ class CliRun:
                 del self._stderr[:-_STDERR_KEEP]
 
     async def lines(self) -> AsyncIterator[bytes]:
-        """Yield stdout lines; raise APIError(504) on the total or idle timeout."""
+        """Yield stdout lines; raise ``CliTimeout`` on the total or idle timeout."""
         stdout = self.proc.stdout
         assert stdout is not None
         while True:
@@ -147,14 +114,16 @@ class CliRun:
                     if total
                     else f"the CLI printed nothing for {self.limits.idle_timeout_s:g} s"
                 )
-                raise APIError(504, what, code="cli_timeout") from None
+                raise CliTimeout(what) from None
             except ValueError as exc:  # a line beyond the stream limit
                 self.stats.killed = "oversized_output"
                 await self.kill()
-                raise APIError(502, f"the CLI printed an oversized line: {exc}") from None
+                raise CliFailed(
+                    FailureKind.OVERSIZED_OUTPUT, f"the CLI printed an oversized line: {exc}"
+                ) from None
             if not line:
                 if self.stats.killed == "shutdown":
-                    raise APIError(503, "the gateway is shutting down", code="shutting_down")
+                    raise ShuttingDown()
                 return
             if self.stats.first_byte_s is None:
                 self.stats.first_byte_s = time.monotonic() - self._started
@@ -168,7 +137,7 @@ class CliRun:
         except TimeoutError:
             self.stats.killed = "timeout"
             await self.kill()
-            raise APIError(504, "the CLI closed its output but did not exit") from None
+            raise CliTimeout("the CLI closed its output but did not exit") from None
         await self._join_io()
         self.stats.exit_code = code
         return code
@@ -279,14 +248,6 @@ async def sweep_group(pgid: int, grace_s: float) -> None:
     await _terminate(pgid, [], grace_s)
 
 
-def _remove_workdir(path: str) -> None:
-    """Usually empty: one rmdir; rmtree (10x the cost, profiled) only when something is left."""
-    try:
-        os.rmdir(path)
-    except OSError:
-        shutil.rmtree(path, ignore_errors=True)
-
-
 def _close_pipes(proc: asyncio.subprocess.Process) -> None:
     transport = getattr(proc, "_transport", None)
     if transport is None:
@@ -305,152 +266,21 @@ def _signal_all(pgid: int, procs: Sequence[psutil.Process], sig: int) -> None:
             p.send_signal(sig)
 
 
-@dataclass
-class Supervisor:
-    """Caps concurrent CLI processes, queues a bounded number of waiters, tracks all runs."""
-
-    max_concurrency: int
-    max_queue: int
-    limits: Limits = field(default_factory=Limits)
-    retry_after_s: int = 2
-    _running: set[CliRun] = field(default_factory=set)
-    _waiting: int = 0
-    _sem: asyncio.Semaphore | None = None
-    _closing: bool = False
-
-    @property
-    def running(self) -> int:
-        return len(self._running)
-
-    @property
-    def waiting(self) -> int:
-        return self._waiting
-
-    def _semaphore(self) -> asyncio.Semaphore:
-        if self._sem is None:
-            self._sem = asyncio.Semaphore(self.max_concurrency)
-        return self._sem
-
-    @contextlib.asynccontextmanager
-    async def run(
-        self,
-        argv: Sequence[str],
-        *,
-        env: Mapping[str, str],
-        stdin: bytes,
-        prepare: Callable[[Path], None] | None = None,
-    ) -> AsyncIterator[CliRun]:
-        """Wait for a slot, start the CLI in a fresh empty directory, always clean up."""
-        if self._closing:
-            raise APIError(503, "the gateway is shutting down", code="shutting_down")
-        started = time.monotonic()
-        deadline = started + self.limits.timeout_s
-        sem = self._semaphore()
-        if sem.locked():
-            if self._waiting >= self.max_queue:
-                raise self._busy("all CLI slots are busy and the wait queue is full")
-            self._waiting += 1
-            try:
-                await asyncio.wait_for(sem.acquire(), timeout=self.limits.timeout_s)
-            except TimeoutError:
-                raise self._busy("timed out waiting for a free CLI slot") from None
-            finally:
-                self._waiting -= 1
-        else:
-            await sem.acquire()
-        run: CliRun | None = None
-        cwd = tempfile.mkdtemp(prefix="cli-proxy-")
-        try:
-            if self._closing:  # shut down while this request waited in the queue
-                raise APIError(503, "the gateway is shutting down", code="shutting_down")
-            if prepare is not None:
-                prepare(Path(cwd))
-            # TMPDIR too: CLIs drop error reports there, and those contain the prompt
-            proc = await _spawn(argv, {**env, "TMPDIR": cwd}, cwd)
-            run = CliRun(proc, deadline, self.limits)
-            run.stats.queue_wait_s = time.monotonic() - started
-            self._running.add(run)
-            if self._closing:  # shutdown began while it was spawning: missed by shutdown()
-                run.stats.killed = "shutdown"
-                raise APIError(503, "the gateway is shutting down", code="shutting_down")
-            run._start_io(stdin)
-            yield run
-        finally:
-            try:
-                if run is not None:
-                    await run.close()
-            finally:  # even if cancelled again while closing: the kill itself is shielded
-                if run is not None:
-                    self._running.discard(run)
-                sem.release()
-                _remove_workdir(cwd)
-
-    def _busy(self, message: str) -> APIError:
-        return APIError(
-            429,
-            f"{message} ({self.max_concurrency} running, {self.max_queue} queued); retry later",
-            code="too_many_concurrent_requests",
-            headers={"Retry-After": str(self.retry_after_s)},
-        )
-
-    async def shutdown(self) -> None:
-        """Kill every tree still running; used on server stop."""
-        self._closing = True
-        runs = list(self._running)
-        for r in runs:
-            r.stats.killed = "shutdown"
-        await asyncio.gather(*(r.kill() for r in runs), return_exceptions=True)
-
-
-# ``setpriv --pdeathsig`` (util-linux, on every Debian-like system) sets PR_SET_PDEATHSIG
-# and execs the CLI. Preferred over a preexec_fn, which forces a full fork() of the gateway
-# instead of vfork(): measured ~5 ms more per call (docs/performance.md).
-_SETPRIV = shutil.which("setpriv") if sys.platform == "linux" else None
-
-
-def _launch(
-    argv: Sequence[str], env: Mapping[str, str]
-) -> tuple[list[str], Callable[[], None] | None]:
-    """The argv to exec and the preexec hook (if any) that make the CLI die with us."""
-    binary = argv[0]
-    if os.sep not in binary:
-        found = shutil.which(binary, path=env.get("PATH", os.defpath))
-        if found is None:
-            raise FileNotFoundError(binary)
-        binary = found
-    elif not os.path.exists(binary):
-        raise FileNotFoundError(binary)
-    elif not os.access(binary, os.X_OK):
-        raise PermissionError(binary)
-    if _SETPRIV is not None:
-        return [_SETPRIV, "--pdeathsig", "KILL", "--", binary, *argv[1:]], None
-    return [binary, *argv[1:]], _die_with(os.getpid())
-
-
-async def _spawn(
-    argv: Sequence[str], env: Mapping[str, str], cwd: str
-) -> asyncio.subprocess.Process:
+@contextlib.asynccontextmanager
+async def started(
+    spec: LaunchSpec, launcher: Launcher, limits: Limits, deadline: float
+) -> AsyncIterator[CliRun]:
+    """Start the CLI of ``spec`` in a fresh private work dir; on exit the tree is killed (if
+    still running) and reaped, then the work dir is removed, whatever happened."""
+    workdir = make_workdir(spec)
+    run: CliRun | None = None
     try:
-        command, preexec = _launch(argv, env)
-        return await asyncio.create_subprocess_exec(
-            *command,
-            stdin=asyncio.subprocess.PIPE,
-            stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
-            cwd=cwd,
-            env=dict(env),
-            start_new_session=True,
-            preexec_fn=preexec,
-            limit=_STDOUT_LIMIT,
-        )
-    except FileNotFoundError:
-        raise APIError(
-            503,
-            f"CLI binary not found: {argv[0]!r}; install it or set its path "
-            "(see docs/configuration.md)",
-            code="cli_not_found",
-        ) from None
-    except PermissionError:
-        raise APIError(
-            503, f"CLI binary is not executable: {argv[0]!r}", code="cli_not_found"
-        ) from None
+        proc = await spawn(spec, launcher, workdir)
+        run = CliRun(proc, deadline, limits)
+        yield run
+    finally:
+        try:
+            if run is not None:
+                await run.close()
+        finally:  # even if cancelled again while closing: the kill itself is shielded
+            remove_workdir(workdir)

@@ -1,8 +1,16 @@
-"""Which backend serves a model name, and which models ``/v1/models`` lists."""
+"""Which backend serves a model name, and which models ``/v1/models`` lists.
+
+Pure: it reads each enabled backend's prefixes, aliases and known models.
+"""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
+
+from .backends.base import Backend
+
+Backends = Mapping[str, type[Backend]]
 
 
 @dataclass(frozen=True, slots=True)
@@ -11,43 +19,21 @@ class Route:
     cli_model: str  # the name handed to the CLI's --model
 
 
-# Listed by /v1/models; any other ``claude-*`` / ``gemini-*`` name is routed too.
-KNOWN_MODELS: dict[str, tuple[str, ...]] = {
-    "claude": (
-        "claude-sonnet-4-6",
-        "claude-opus-4-6",
-        "claude-haiku-4-5",
-        "sonnet",
-        "opus",
-        "haiku",
-    ),
-    "gemini": (
-        "gemini-2.5-pro",
-        "gemini-2.5-flash",
-        "gemini-2.5-flash-lite",
-    ),
-}
-
-_ALIASES = {"sonnet": "claude", "opus": "claude", "haiku": "claude"}
-_PREFIXES = (("claude-", "claude"), ("gemini-", "gemini"))
-
-
-def route(model: str, enabled: frozenset[str]) -> Route | None:
-    """``backend/model`` picks the backend explicitly; otherwise prefix or alias decides."""
+def route(model: str, enabled: Backends) -> Route | None:
+    """``backend/model`` picks the backend explicitly; otherwise alias or prefix decides."""
     name = model.strip()
     if "/" in name:
         backend, _, rest = name.partition("/")
         if backend in enabled and rest:
             return Route(backend, rest)
         return None
-    owner = _ALIASES.get(name.lower())
-    if owner is None:
-        owner = next((b for p, b in _PREFIXES if name.lower().startswith(p)), None)
-    if owner is None or owner not in enabled:
-        return None
-    return Route(owner, name)
+    lower = name.lower()
+    for backend, cls in enabled.items():
+        if lower in cls.aliases or lower.startswith(cls.model_prefixes):
+            return Route(backend, name)
+    return None
 
 
-def listed_models(enabled: frozenset[str]) -> list[tuple[str, str]]:
+def listed_models(enabled: Backends) -> list[tuple[str, str]]:
     """(model id, owner) pairs for the enabled backends."""
-    return [(m, b) for b, models in KNOWN_MODELS.items() if b in enabled for m in models]
+    return [(m, b) for b, cls in enabled.items() for m in cls.known_models]

@@ -1,4 +1,5 @@
-"""HTTP surface: routes, auth and error middleware, SSE delivery."""
+"""HTTP surface: routes, auth and error middleware, SSE delivery. No domain step lives here:
+``Gateway.plan`` decides, ``Completion.run`` executes, ``errors.api_error`` maps failures."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import structlog
 from aiohttp import web
 
 from .answer import AnswerEvent
-from .completion import Completion, Plan, collect
-from .errors import APIError, validated
+from .completion import Completion, collect
+from .errors import APIError, api_error, validated
+from .failures import CallError
 from .gateway import Gateway
 from .logs import log
 from .protocol import ChatCompletionRequest, ModelCard, ModelList
@@ -55,7 +57,8 @@ def error_response(err: APIError) -> web.Response:
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     try:
         return await handler(request)
-    except APIError as err:
+    except (APIError, CallError) as exc:
+        err = exc if isinstance(exc, APIError) else api_error(exc)
         if not request.get(LOGGED, False):  # run_logged already logged this request
             log.info(
                 "request_rejected",
@@ -160,32 +163,20 @@ async def parse_request(request: web.Request) -> ChatCompletionRequest:
     return validated(ChatCompletionRequest, await read_json(request))
 
 
-def prepare(gw: Gateway, req: ChatCompletionRequest, api: str) -> tuple[Completion, Logger]:
-    """Checks, prompt and plan: everything before a process exists."""
-    route = gw.check(req)
-    prompt = gw.prompt(req)
-    backend = gw.source.backend_for(req, route, prompt)
-    plan = Plan(
-        request=req,
-        backend=backend,
-        options=gw.options(req, route),
-        prompt=prompt,
-        tools_active=gw.tools_active(req),
-        env=gw.child_env(backend),
-        ids=gw.source.ids_for(backend),
-    )
-    sink = gw.sink_for(plan) if gw.sink_for is not None else None
+def start(gw: Gateway, req: ChatCompletionRequest, api: str) -> tuple[Completion, Logger]:
+    """The planned completion and the request's logger."""
+    plan = gw.plan(req)
     logger = log.bind(
         request_id=uuid.uuid4().hex[:12],
         api=api,
         model=req.model,
-        backend=backend.name,
+        backend=plan.launch.backend,
         stream=bool(req.stream),
         tools=len(req.tools or []),
     )
     if gw.settings.log_prompts:
-        logger.debug("prompt", prompt=prompt)
-    return Completion(plan, gw.supervisor, sink), logger
+        logger.debug("prompt", prompt=plan.call.prompt)
+    return gw.completion(plan), logger
 
 
 async def run_logged(
@@ -199,8 +190,8 @@ async def run_logged(
     status = 200
     try:
         return await deliver()
-    except APIError as err:
-        status = err.status
+    except (APIError, CallError) as exc:
+        status = (exc if isinstance(exc, APIError) else api_error(exc)).status
         raise
     except asyncio.CancelledError:
         status = 499  # the client went away; the CLI was killed
@@ -212,13 +203,12 @@ async def run_logged(
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = await parse_request(request)
-    completion, logger = prepare(request.app[GATEWAY], req, "chat")
+    completion, logger = start(request.app[GATEWAY], req, "chat")
 
     async def deliver() -> web.StreamResponse:
         if req.stream:
             return await _stream(request, completion, req)
-        async with completion.start() as run:
-            result = await collect(completion, run)
+        result = await collect(completion)
         return json_response(result.model_dump())
 
     return await run_logged(request, completion, logger, deliver)
@@ -227,15 +217,15 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def responses(request: web.Request) -> web.StreamResponse:
     rreq = validated(ResponsesRequest, await read_json(request))
     req = to_chat_request(rreq)
-    completion, logger = prepare(request.app[GATEWAY], req, "responses")
-    ids = completion.plan.ids
+    completion, logger = start(request.app[GATEWAY], req, "responses")
+    ids = completion.plan.call.ids
     builder = ResponseBuilder(rreq, req, ids.completion_id, ids.created)
 
     async def deliver() -> web.StreamResponse:
         if req.stream:
             return await _stream_responses(request, completion, builder)
-        async with completion.start() as run:
-            async for ev in completion.events(run):
+        async with completion.run() as answer:
+            async for ev in answer:
                 builder.feed(ev)
         builder.finish(completion.outcome.usage, completion.outcome.finish_reason)
         return json_response(builder.final)
@@ -253,7 +243,7 @@ async def _serve_sse(
 ) -> web.StreamResponse:
     """The one SSE delivery loop: head, one encoding per answer event, tail (or the error
     events), keep-alives in between, then close. Used by chat completions and responses."""
-    async with completion.start() as run:
+    async with completion.run() as answer:
         # Errors before this point (queue full, missing binary) get a real HTTP status.
         resp = web.StreamResponse(
             headers={
@@ -270,12 +260,11 @@ async def _serve_sse(
         out.start()
         try:
             try:
-                async for ev in completion.events(run):
+                async for ev in answer:
                     for data in encode(ev):
                         await out.write(data)
-            except APIError as err:
-                completion.outcome.finish_reason = "error"
-                for data in fail(err):
+            except CallError as exc:
+                for data in fail(api_error(exc)):
                     await out.write(data)
             else:
                 for data in tail():
@@ -290,7 +279,7 @@ async def _stream(
     request: web.Request, completion: Completion, req: ChatCompletionRequest
 ) -> web.StreamResponse:
     include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    ids = completion.plan.ids
+    ids = completion.plan.call.ids
     chunks = ChunkBuilder(ids.completion_id, ids.created, req.model, include_usage)
     outcome = completion.outcome
 

@@ -1,7 +1,21 @@
-"""CLI backends: how to start each CLI and how to read its stream-json output."""
+"""CLI backends. Each is one module; registering it here is the only other line it needs."""
 
-from .base import Backend, CallOptions, StreamParser
+from .base import Backend, BackendOptions, LaunchOptions, StreamParser
 from .claude import ClaudeBackend
 from .gemini import GeminiBackend
+from .registry import backend_class, names, register
 
-__all__ = ["Backend", "CallOptions", "ClaudeBackend", "GeminiBackend", "StreamParser"]
+register(ClaudeBackend)
+register(GeminiBackend)
+
+__all__ = [
+    "Backend",
+    "BackendOptions",
+    "ClaudeBackend",
+    "GeminiBackend",
+    "LaunchOptions",
+    "StreamParser",
+    "backend_class",
+    "names",
+    "register",
+]

@@ -1,36 +1,31 @@
-"""The backend interface: argv + env to start a CLI, and a parser for its output."""
+"""The backend interface: everything specific to one CLI lives in one subclass.
+
+A backend says how to start its CLI (argv, env, work-dir files), how the prompt is encoded
+on its stdin, which model names it serves, how to read its stdout, and which settings it
+takes. The gateway, routing, fixtures and ``cli`` loop over the registry
+(``backends/__init__.py``) and never name a backend.
+"""
 
 from __future__ import annotations
 
 import json
 import re
 import shlex
-from collections.abc import Mapping
+from abc import ABC, abstractmethod
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from pathlib import Path
-from typing import Any, Protocol
+from typing import Any, ClassVar, Protocol
+
+from pydantic import BaseModel, ConfigDict
 
 from ..events import CliEvent, Failure
-
-# Variables a parent Claude Code / Gemini CLI session sets; inherited, they make the
-# child believe it is nested inside another agent session and misbehave.
-NESTING_VARS = frozenset(
-    {
-        "CLAUDECODE",
-        "CLAUDE_CODE_ENTRYPOINT",
-        "CLAUDE_CODE_SSE_PORT",
-        "CLAUDE_AGENT_SDK_VERSION",
-        "CLAUDE_CODE_SESSION_ID",
-        "GEMINI_CLI",
-        "GEMINI_CLI_IDE_SERVER_PORT",
-        "GEMINI_CLI_IDE_WORKSPACE_PATH",
-        "TERM_PROGRAM_VERSION",
-    }
-)
+from ..failures import FailureKind
 
 
 @dataclass(frozen=True, slots=True)
-class CallOptions:
+class LaunchOptions:
+    """What of a request shapes the CLI's argv."""
+
     model: str
     stream_partial: bool = False
 
@@ -43,17 +38,63 @@ class StreamParser(Protocol):
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]: ...
 
 
-class Backend(Protocol):
-    name: str
+class BackendOptions(BaseModel):
+    """Settings that belong to one backend (``CLI_PROXY_<NAME>__<FIELD>``); unknown keys are
+    refused so a typo does not pass silently."""
 
-    def argv(self, options: CallOptions) -> list[str]: ...
+    model_config = ConfigDict(extra="forbid", frozen=True)
 
-    def env(self, base: Mapping[str, str]) -> dict[str, str]: ...
+    bin: str
+    """The CLI command: a path or a whole command line (``python fake_cli.py``)."""
 
-    def prepare_workdir(self, path: Path) -> None:
-        """Write per-run files (e.g. settings) into the CLI's fresh, empty working directory."""
 
-    def new_parser(self) -> StreamParser: ...
+class Backend(ABC):
+    """One CLI. Subclasses set the class attributes and implement ``argv`` and ``new_parser``."""
+
+    name: ClassVar[str]
+    options_model: ClassVar[type[BackendOptions]]
+    model_prefixes: ClassVar[tuple[str, ...]] = ()  # "claude-" routes claude-anything here
+    aliases: ClassVar[tuple[str, ...]] = ()  # bare names ("sonnet") that route here
+    known_models: ClassVar[tuple[str, ...]] = ()  # what /v1/models lists
+    nesting_vars: ClassVar[frozenset[str]] = frozenset()
+    """Variables a parent session of this CLI sets; inherited, they make any child CLI believe
+    it is nested inside another agent session. Every backend's child env drops all of them."""
+
+    def __init__(self, options: BackendOptions, drop_env: frozenset[str] = frozenset()) -> None:
+        self.options = options
+        self.command = split_command(options.bin)
+        self.drop_env = drop_env
+
+    @abstractmethod
+    def argv(self, launch: LaunchOptions) -> list[str]:
+        """The whole command line; the CLI's own tools must be off in it."""
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        """The child's environment, from the gateway's."""
+        return scrub_env(base, self.drop_env)
+
+    def workdir_files(self) -> tuple[tuple[str, bytes], ...]:
+        """Files (relative path, content) written into the CLI's fresh, empty work dir."""
+        return ()
+
+    def encode_prompt(self, prompt: str) -> bytes:
+        """The bytes written to the CLI's stdin (then closed)."""
+        return prompt.encode("utf-8")
+
+    @classmethod
+    @abstractmethod
+    def new_parser(cls) -> StreamParser:
+        """A parser for one run's stdout."""
+
+    @classmethod
+    def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
+        """The CLI's version as its output states it (recorded in fixtures), if it does."""
+        return None
+
+    @classmethod
+    def options_from(cls, values: Mapping[str, Any]) -> BackendOptions:
+        """Validated options (the options model gives the defaults, ``bin`` among them)."""
+        return cls.options_model.model_validate(values)
 
 
 def split_command(command: str) -> list[str]:
@@ -65,10 +106,15 @@ def split_command(command: str) -> list[str]:
 
 
 def scrub_env(base: Mapping[str, str], drop: frozenset[str] = frozenset()) -> dict[str, str]:
+    """``base`` less every backend's nesting variables, the gateway's own settings and
+    ``drop``."""
+    from .registry import nesting_vars
+
+    nesting = nesting_vars()
     return {
         k: v
         for k, v in base.items()
-        if k not in NESTING_VARS and k not in drop and not k.startswith("CLI_PROXY_")
+        if k not in nesting and k not in drop and not k.startswith("CLI_PROXY_")
     }
 
 
@@ -103,30 +149,51 @@ _TOO_LONG = re.compile(
     re.I,
 )
 _TIMEOUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.I)
+_EMPTY = re.compile(r"empty response|without an answer", re.I)
 
 
-def classify_failure(message: str, default_status: int = 502) -> Failure:
-    """Map a CLI error message to the HTTP status an OpenAI client acts on."""
+def classify_failure(message: str) -> Failure:
+    """What kind of failure a CLI error message describes."""
     message = message.strip() or "the CLI failed without a message"
     if _TOO_LONG.search(message):
-        return Failure(400, message, "context_length_exceeded")
-    if _RATE.search(message):
-        return Failure(429, message, "rate_limit_exceeded")
-    if _AUTH.search(message):
-        return Failure(401, message, "cli_auth_failed")
-    if _OVERLOAD.search(message):
-        return Failure(503, message, "cli_overloaded")
-    if _TIMEOUT.search(message):
-        return Failure(504, message, "cli_timeout")
-    return Failure(default_status, message, "cli_error")
+        kind = FailureKind.CONTEXT_LENGTH
+    elif _RATE.search(message):
+        kind = FailureKind.RATE_LIMITED
+    elif _AUTH.search(message):
+        kind = FailureKind.AUTH
+    elif _OVERLOAD.search(message):
+        kind = FailureKind.OVERLOADED
+    elif _TIMEOUT.search(message):
+        kind = FailureKind.TIMEOUT
+    elif _EMPTY.search(message):
+        kind = FailureKind.EMPTY_ANSWER
+    else:
+        kind = FailureKind.CLI_ERROR
+    return Failure(kind, message)
+
+
+def kind_for_status(upstream: int, classified: FailureKind) -> FailureKind:
+    """The kind of failure an upstream HTTP status reported by a CLI means."""
+    if upstream in (401, 403):
+        return FailureKind.AUTH
+    if upstream == 429:
+        return FailureKind.RATE_LIMITED
+    if upstream in (503, 529):
+        return FailureKind.OVERLOADED
+    if upstream in (400, 413):
+        return classified if classified is FailureKind.CONTEXT_LENGTH else FailureKind.BAD_REQUEST
+    return FailureKind.CLI_ERROR
 
 
 def exit_failure(exit_code: int, stderr: str, what: str) -> Failure:
     """Failure for a CLI that exited non-zero without saying why on stdout."""
     tail = _last_lines(stderr)
     message = f"{what} exited with code {exit_code}" + (f": {tail}" if tail else "")
-    failure = classify_failure(tail)
-    return Failure(failure.status, message, failure.code)
+    return Failure(classify_failure(tail).kind, message)
+
+
+def empty_answer(what: str) -> Failure:
+    return Failure(FailureKind.EMPTY_ANSWER, f"{what} finished without an answer")
 
 
 def _last_lines(text: str, limit: int = 600) -> str:

@@ -2,30 +2,53 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+import json
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
 
 from ..events import CliEvent, Failure, TextDelta, Truncated, UsageReport
 from .base import (
-    CallOptions,
+    Backend,
+    BackendOptions,
+    LaunchOptions,
     as_int,
     classify_failure,
+    empty_answer,
     exit_failure,
+    kind_for_status,
     load_json_line,
-    scrub_env,
-    split_command,
 )
 
 
-class ClaudeBackend:
+class ClaudeOptions(BackendOptions):
+    bin: str = "claude"
+
+
+class ClaudeBackend(Backend):
     name = "claude"
+    options_model = ClaudeOptions
+    model_prefixes = ("claude-",)
+    aliases = ("sonnet", "opus", "haiku")
+    known_models = (
+        "claude-sonnet-4-6",
+        "claude-opus-4-6",
+        "claude-haiku-4-5",
+        "sonnet",
+        "opus",
+        "haiku",
+    )
+    nesting_vars: ClassVar[frozenset[str]] = frozenset(
+        {
+            "CLAUDECODE",
+            "CLAUDE_CODE_ENTRYPOINT",
+            "CLAUDE_CODE_SSE_PORT",
+            "CLAUDE_AGENT_SDK_VERSION",
+            "CLAUDE_CODE_SESSION_ID",
+            "TERM_PROGRAM_VERSION",
+        }
+    )
 
-    def __init__(self, command: str = "claude", drop_env: frozenset[str] = frozenset()) -> None:
-        self.command = split_command(command)
-        self.drop_env = drop_env
-
-    def argv(self, options: CallOptions) -> list[str]:
+    def argv(self, launch: LaunchOptions) -> list[str]:
         argv = [
             *self.command,
             "-p",
@@ -33,18 +56,18 @@ class ClaudeBackend:
             "stream-json",
             "--verbose",
             "--model",
-            options.model,
+            launch.model,
             # The model must never act on the host: no built-in tools, no MCP servers.
             "--tools",
             "",
             "--strict-mcp-config",
         ]
-        if options.stream_partial:
+        if launch.stream_partial:
             argv.append("--include-partial-messages")
         return argv
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
-        env = scrub_env(base, self.drop_env)
+        env = super().env(base)
         env.setdefault("DISABLE_AUTOUPDATER", "1")
         env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
         # the CLI's default is 10 retries over ~3 minutes of silence; the OpenAI SDKs
@@ -52,11 +75,21 @@ class ClaudeBackend:
         env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
         return env
 
-    def prepare_workdir(self, path: Path) -> None:
-        pass
-
-    def new_parser(self) -> ClaudeParser:
+    @classmethod
+    def new_parser(cls) -> ClaudeParser:
         return ClaudeParser()
+
+    @classmethod
+    def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
+        """The init line (one of the first) names the version."""
+        for line in stdout_lines[:3]:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("claude_code_version"), str):
+                return str(obj["claude_code_version"])
+        return None
 
 
 class ClaudeParser:
@@ -140,7 +173,7 @@ class ClaudeParser:
             failure = classify_failure(message)
             status = obj.get("api_error_status")
             if isinstance(status, int) and 400 <= status < 600:
-                failure = Failure(_client_status(status), message, failure.code)
+                failure = Failure(kind_for_status(status, failure.kind), message)
             events.append(failure)
         elif not self._text_seen and isinstance(result_text, str) and result_text:
             self._text_seen = True
@@ -153,21 +186,8 @@ class ClaudeParser:
         if exit_code != 0:
             return [exit_failure(exit_code, stderr, "claude")]
         if not self._text_seen:
-            return [Failure(502, "claude finished without an answer", "empty_answer")]
+            return [empty_answer("claude")]
         return []
-
-
-def _client_status(upstream: int) -> int:
-    """The model API's status, as the gateway's client should see it."""
-    if upstream in (401, 403):
-        return 401
-    if upstream == 429:
-        return 429
-    if upstream in (503, 529):
-        return 503
-    if upstream in (400, 413):
-        return 400
-    return 502
 
 
 def _usage(obj: dict[str, Any]) -> UsageReport | None:

@@ -4,18 +4,18 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
-from pathlib import Path
-from typing import Any
+from typing import Any, ClassVar
 
-from ..events import CliEvent, Failure, TextDelta, UsageReport
+from ..events import CliEvent, TextDelta, UsageReport
 from .base import (
-    CallOptions,
+    Backend,
+    BackendOptions,
+    LaunchOptions,
     as_int,
     classify_failure,
+    empty_answer,
     exit_failure,
     load_json_line,
-    scrub_env,
-    split_command,
 )
 
 # Workspace settings (they override the user's): no core tools, so the model cannot act on
@@ -26,20 +26,26 @@ WORKSPACE_SETTINGS = {
 }
 
 
-class GeminiBackend:
+class GeminiOptions(BackendOptions):
+    bin: str = "gemini"
+
+
+class GeminiBackend(Backend):
     name = "gemini"
+    options_model = GeminiOptions
+    model_prefixes = ("gemini-",)
+    known_models = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite")
+    nesting_vars: ClassVar[frozenset[str]] = frozenset(
+        {"GEMINI_CLI", "GEMINI_CLI_IDE_SERVER_PORT", "GEMINI_CLI_IDE_WORKSPACE_PATH"}
+    )
 
-    def __init__(self, command: str = "gemini", drop_env: frozenset[str] = frozenset()) -> None:
-        self.command = split_command(command)
-        self.drop_env = drop_env
-
-    def argv(self, options: CallOptions) -> list[str]:
+    def argv(self, launch: LaunchOptions) -> list[str]:
         return [
             *self.command,
             "--output-format",
             "stream-json",
             "--model",
-            options.model,
+            launch.model,
             # no extension or MCP server may add tools; core tools are off via settings
             "--extensions",
             "none",
@@ -48,17 +54,16 @@ class GeminiBackend:
         ]
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
-        env = scrub_env(base, self.drop_env)
+        env = super().env(base)
         # the working directory is our own empty temp dir; trusting it loads our settings
         env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
         return env
 
-    def prepare_workdir(self, path: Path) -> None:
-        settings = path / ".gemini" / "settings.json"
-        settings.parent.mkdir()
-        settings.write_text(json.dumps(WORKSPACE_SETTINGS))
+    def workdir_files(self) -> tuple[tuple[str, bytes], ...]:
+        return ((".gemini/settings.json", json.dumps(WORKSPACE_SETTINGS).encode()),)
 
-    def new_parser(self) -> GeminiParser:
+    @classmethod
+    def new_parser(cls) -> GeminiParser:
         return GeminiParser()
 
 
@@ -109,7 +114,7 @@ class GeminiParser:
         if exit_code != 0:
             return [exit_failure(exit_code, stderr, "gemini")]
         if not self._text_seen:
-            return [Failure(502, "gemini finished without an answer", "empty_answer")]
+            return [empty_answer("gemini")]
         return []
 
 

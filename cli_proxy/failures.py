@@ -1,0 +1,70 @@
+"""Domain failures: what can go wrong with a call, said without HTTP.
+
+The process, launch and parser layers raise these (or, for parsers, emit a ``Failure``
+event); ``errors.api_error`` maps them to an HTTP status and an OpenAI error body in one
+place, used by the middleware and the SSE error path alike.
+"""
+
+from __future__ import annotations
+
+from enum import StrEnum
+
+
+class FailureKind(StrEnum):
+    """Why a CLI call failed, as the CLI reported it or as the gateway saw it."""
+
+    AUTH = "auth"  # the CLI's login or key was refused
+    RATE_LIMITED = "rate_limited"  # upstream 429 / quota
+    OVERLOADED = "overloaded"  # upstream 503 / 529
+    CONTEXT_LENGTH = "context_length"  # the prompt is too long for the model
+    BAD_REQUEST = "bad_request"  # upstream refused the request as malformed
+    TIMEOUT = "timeout"  # the CLI (or upstream) timed out
+    EMPTY_ANSWER = "empty_answer"  # the CLI finished without any answer text
+    OVERSIZED_OUTPUT = "oversized_output"  # a CLI output line beyond the stream limit
+    CLI_ERROR = "cli_error"  # anything else the CLI reported or exited with
+
+
+class CallError(Exception):
+    """Base of every domain failure of a call."""
+
+    def __init__(self, message: str) -> None:
+        super().__init__(message)
+        self.message = message
+
+
+class CliFailed(CallError):
+    """The CLI reported a failure (or exited without an answer)."""
+
+    def __init__(self, kind: FailureKind, message: str, retry_after_s: float | None = None):
+        super().__init__(message)
+        self.kind = kind
+        self.retry_after_s = retry_after_s
+
+
+class SlotsBusy(CallError):
+    """Every CLI slot is in use and the queue is full (or waiting for one timed out)."""
+
+    def __init__(self, message: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.retry_after_s = retry_after_s
+
+
+class ShuttingDown(CallError):
+    """The gateway is stopping; no new CLI is started."""
+
+    def __init__(self) -> None:
+        super().__init__("the gateway is shutting down")
+
+
+class CliMissing(CallError):
+    """The configured CLI binary cannot be started."""
+
+    def __init__(self, binary: str, executable: bool = False) -> None:
+        what = "is not executable" if executable else "not found"
+        hint = "" if executable else "; install it or set its path (see docs/configuration.md)"
+        super().__init__(f"CLI binary {what}: {binary!r}{hint}")
+        self.binary = binary
+
+
+class CliTimeout(CallError):
+    """The CLI ran past the total timeout or printed nothing for the idle timeout."""

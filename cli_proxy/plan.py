@@ -1,0 +1,77 @@
+"""What ``Gateway.plan`` decides for a call before any process exists.
+
+A ``Plan`` has two parts. ``LaunchSpec`` is everything that starts the process (backend,
+argv, env, work-dir files, containment): frozen and hashable, so that a pool of pre-started
+processes can key on it, and independent of the prompt. ``CallInput`` is what the call then
+feeds that process and how its answer is read (stdin bytes, tools mode, the ids the answer
+carries).
+"""
+
+from __future__ import annotations
+
+import secrets
+import time
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from .backends.base import StreamParser
+from .protocol import ChatCompletionRequest
+
+
+def new_call_id() -> str:
+    return "call_" + secrets.token_hex(12)
+
+
+def new_completion_id() -> str:
+    return "chatcmpl-" + secrets.token_hex(12)
+
+
+@dataclass(frozen=True, slots=True)
+class LaunchSpec:
+    """How to start one CLI process. Two equal specs start interchangeable processes."""
+
+    backend: str
+    argv: tuple[str, ...]
+    env: tuple[tuple[str, str], ...]  # sorted (name, value) pairs
+    workdir_files: tuple[tuple[str, bytes], ...] = ()
+
+    @classmethod
+    def make(
+        cls,
+        backend: str,
+        argv: list[str],
+        env: Mapping[str, str],
+        workdir_files: tuple[tuple[str, bytes], ...] = (),
+    ) -> LaunchSpec:
+        return cls(backend, tuple(argv), tuple(sorted(env.items())), workdir_files)
+
+    @property
+    def environ(self) -> dict[str, str]:
+        return dict(self.env)
+
+
+@dataclass(frozen=True, slots=True)
+class ResponseIds:
+    """The ids a response carries; replay reuses recorded ones so answers are byte-identical."""
+
+    completion_id: str = field(default_factory=new_completion_id)
+    created: int = field(default_factory=lambda: int(time.time()))
+    call_ids: tuple[str, ...] = ()  # recorded tool-call ids, handed out first, in order
+
+
+@dataclass(frozen=True, slots=True)
+class CallInput:
+    """What the call feeds the process and how its answer is read."""
+
+    prompt: str  # as rendered (recorded in fixtures, logged only with log_prompts)
+    stdin: bytes  # the prompt as the backend encodes it
+    tools_active: bool  # the answer is the JSON tool-call format
+    ids: ResponseIds
+    parser: Callable[[], StreamParser]  # a fresh parser for the backend's stdout
+
+
+@dataclass(frozen=True, slots=True)
+class Plan:
+    request: ChatCompletionRequest
+    launch: LaunchSpec
+    call: CallInput
