@@ -62,6 +62,10 @@ class Settings(BaseSettings):
     """name -> that backend's validated ``BackendOptions`` (filled from the sources above)."""
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Host names served besides loopback ones ("*": any; only behind a trusted proxy)."""
+    cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Browser origins allowed to call the gateway ("*": any); others get 403."""
 
     max_concurrency: int = Field(default_factory=_default_concurrency, ge=1)
     max_queue: int = Field(default=64, ge=0)
@@ -93,7 +97,9 @@ class Settings(BaseSettings):
             data = {**data, "backend_options": _collect_backend_options(data)}
         return data
 
-    @field_validator("backends", "api_keys", "drop_env", mode="before")
+    @field_validator(
+        "backends", "api_keys", "drop_env", "allowed_hosts", "cors_origins", mode="before"
+    )
     @classmethod
     def _comma_list(cls, value: object) -> object:
         if isinstance(value, str):

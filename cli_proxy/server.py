@@ -20,6 +20,7 @@ from .completion import Completion, collect
 from .errors import APIError, api_error, validated
 from .failures import CallError
 from .gateway import Gateway
+from .guard import Guard
 from .logs import log
 from .protocol import ChatCompletionRequest, ModelCard, ModelList
 from .responses import (
@@ -340,10 +341,14 @@ async def not_found(request: web.Request) -> web.Response:
 
 
 def create_app(gateway: Gateway) -> web.Application:
+    s = gateway.settings
+    hosts = [*s.allowed_hosts, *([s.host] if s.host not in ("0.0.0.0", "::", "") else [])]
+    guard = Guard(hosts, s.cors_origins)
     app = web.Application(
-        middlewares=[errors_middleware, auth_middleware],
-        client_max_size=gateway.settings.max_body_bytes,
+        middlewares=[errors_middleware, guard.middleware(), auth_middleware],
+        client_max_size=s.max_body_bytes,
     )
+    app.on_response_prepare.append(guard.on_prepare)
     app[GATEWAY] = gateway
     app.router.add_get("/health", health)
     for prefix in ("/v1", ""):

@@ -75,7 +75,9 @@ def chat(**fields: Any) -> dict[str, Any]:
 async def test_body_too_large_is_413(serve: ServeFactory) -> None:
     s = await serve(max_body_bytes=4096)
     body = json.dumps(chat(messages=user("x" * 10_000))).encode()
-    status, _, resp = await raw(s, "POST", "/v1/chat/completions", data=body)
+    status, _, resp = await raw(
+        s, "POST", "/v1/chat/completions", data=body, headers={"Content-Type": "application/json"}
+    )
     assert status == 413
     err = assert_error_body(resp)
     assert err["code"] == "request_too_large"
