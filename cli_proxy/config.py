@@ -78,6 +78,10 @@ class Settings(BaseSettings):
     max_messages: int = Field(default=5000, ge=1)
     max_prompt_chars: int = Field(default=4_000_000, ge=1)
 
+    launcher: str = "auto"
+    """How each CLI is contained: ``bwrap`` (PID namespace, private /tmp, limited HOME),
+    ``pdeathsig`` (no namespace), or ``auto`` (bwrap where it runs)."""
+
     function_list_threshold: int = Field(default=10, ge=0)
     sanitize_system: bool = True
     drop_env: Annotated[list[str], NoDecode] = Field(default_factory=list)

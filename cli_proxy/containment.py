@@ -8,14 +8,16 @@ supervisor or the run code knowing how a process was started.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
@@ -70,65 +72,252 @@ def resolve_binary(binary: str, env: Mapping[str, str]) -> str:
     return binary
 
 
-@dataclass(frozen=True, slots=True)
-class Command:
-    """What to exec: argv, the hook to run between fork and exec (if any)."""
+@dataclass(slots=True)
+class Prepared:
+    """A contained process ready to exec, and what to undo once it has been reaped."""
 
     argv: list[str]
+    cwd: str
+    env: dict[str, str]
     preexec: Callable[[], None] | None = None
+    pass_fds: tuple[int, ...] = ()
+    host_dirs: tuple[
+        Path, ...
+    ] = ()  # work dir (and private home) on the host, removed by cleanup()
+
+    def release_fds(self) -> None:
+        """The child has its copies once it started; ours are closed at once."""
+        for fd in self.pass_fds:
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.pass_fds = ()
+
+    def cleanup(self) -> None:
+        self.release_fds()
+        for path in self.host_dirs:
+            remove_workdir(path)
+        self.host_dirs = ()
 
 
 class Launcher(ABC):
-    """How a CLI process is wrapped at exec."""
+    """How a CLI process is wrapped at exec, and where its private work dir lives."""
 
     name: ClassVar[str]
 
     @abstractmethod
-    def command(self, argv: Sequence[str], env: Mapping[str, str], workdir: Path) -> Command:
-        """The command that runs ``argv`` (its binary already resolved) contained."""
+    def prepare(self, spec: LaunchSpec, binary: str) -> Prepared:
+        """The contained command for ``spec`` (its binary already resolved)."""
 
     def describe(self) -> str:
         return self.name
 
+    @classmethod
+    def available(cls) -> bool:
+        return True
+
 
 class PdeathsigLauncher(Launcher):
-    """The CLI gets SIGKILL when the gateway dies (``PR_SET_PDEATHSIG``).
+    """The CLI gets SIGKILL when the gateway dies (``PR_SET_PDEATHSIG``); its work dir is a
+    fresh private directory on the host, below ``work_root`` (mode 0700, never below a
+    world-writable directory).
 
     Through ``setpriv --pdeathsig`` (util-linux) where present: a preexec_fn forces a full
     fork() of the gateway instead of vfork(), measured ~5 ms more per call
-    (docs/performance.md). Only the direct child gets the signal.
+    (docs/performance.md). Only the direct child gets the signal: a grandchild that the CLI
+    leaves behind is caught by the subreaper sweep while the gateway lives, not after a
+    ``kill -9`` of the gateway. The bwrap launcher has neither gap.
     """
 
     name = "pdeathsig"
     _setpriv = shutil.which("setpriv") if sys.platform == "linux" else None
 
-    def command(self, argv: Sequence[str], env: Mapping[str, str], workdir: Path) -> Command:
+    def __init__(self, work_root: Path | None = None) -> None:
+        self.work_root = work_root or default_work_root()
+
+    def prepare(self, spec: LaunchSpec, binary: str) -> Prepared:
+        workdir = make_workdir(spec, self.work_root)
+        env = {**spec.environ, "TMPDIR": str(workdir)}  # CLIs drop error reports there
+        dirs: tuple[Path, ...] = (workdir,)
+        if spec.home is not None:
+            # beside the work dir, not in it: the CLI must not see it as workspace content
+            home = Path(tempfile.mkdtemp(prefix="home-", dir=workdir.parent))
+            _write_files(home, spec.home.files)
+            for rel, real in spec.home.login:
+                target = home / rel
+                target.parent.mkdir(parents=True, exist_ok=True)
+                target.symlink_to(real)
+            env.update(dict.fromkeys(spec.home.env, str(home)))
+            dirs = (workdir, home)
+        argv = [binary, *spec.argv[1:]]
         if self._setpriv is not None:
-            return Command([self._setpriv, "--pdeathsig", "KILL", "--", *argv])
-        return Command(list(argv), _die_with(os.getpid()))
+            argv = [self._setpriv, "--pdeathsig", "KILL", "--", *argv]
+            return Prepared(argv, str(workdir), env, host_dirs=dirs)
+        return Prepared(argv, str(workdir), env, _die_with(os.getpid()), host_dirs=dirs)
 
     def describe(self) -> str:
         via = "setpriv" if self._setpriv else "preexec prctl"
-        return f"{self.name} (PR_SET_PDEATHSIG via {via}; direct child only)"
+        return f"{self.name} (PR_SET_PDEATHSIG via {via}; work dirs in {self.work_root})"
 
 
-LAUNCHERS: dict[str, type[Launcher]] = {"pdeathsig": PdeathsigLauncher}
+SANDBOX_WORKDIR = "/tmp/cli-proxy/work"
+SANDBOX_HOME = "/tmp/cli-proxy/home"
+"""The work dir's and the private home's paths inside the sandbox: the same for every call,
+so the CLIs' system prompts (which name them) are byte-identical across calls and the
+provider can cache them."""
 
 
-def make_launcher(name: str) -> Launcher:
-    try:
-        return LAUNCHERS[name]()
-    except KeyError:
-        raise ValueError(f"unknown launcher {name!r}; known: {', '.join(LAUNCHERS)}") from None
+class BwrapLauncher(Launcher):
+    """bubblewrap: the CLI runs in its own PID namespace that dies with it and with the
+    gateway (``--unshare-pid --die-with-parent``: setsid and double-fork escapes die too, even
+    after ``kill -9`` of the gateway), sees the host read-only, a private in-memory ``/tmp``
+    holding its work dir at a fixed path, and of HOME only what its CLI needs (its login and
+    state: ``Backend.home_paths``). Nothing of the call is written to the host disk but what
+    the CLI writes to those state paths.
+    """
+
+    name = "bwrap"
+    _bwrap = shutil.which("bwrap") if sys.platform == "linux" else None
+
+    def __init__(self, home_paths: dict[str, tuple[str, ...]] | None = None) -> None:
+        self.home_paths = home_paths or {}
+
+    @classmethod
+    def available(cls) -> bool:
+        if cls._bwrap is None:
+            return False
+        probe = subprocess.run(
+            [cls._bwrap, "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+            capture_output=True,
+            timeout=10,
+            check=False,
+        )
+        return probe.returncode == 0
+
+    def prepare(self, spec: LaunchSpec, binary: str) -> Prepared:
+        assert self._bwrap is not None
+        env = spec.environ
+        home = env.get("HOME", "")
+        fds: list[int] = []
+        argv = [
+            self._bwrap,
+            "--unshare-pid",
+            "--unshare-ipc",
+            "--die-with-parent",
+            "--new-session",
+            "--ro-bind",
+            "/",
+            "/",
+            "--dev",
+            "/dev",
+            "--proc",
+            "/proc",
+            "--tmpfs",
+            "/tmp",
+        ]
+        if home and home != "/":
+            private = spec.home is not None
+            argv += ["--tmpfs", home, *self._home_binds(home, binary, env, spec.backend, private)]
+        argv += _ro_binds_below("/tmp", binary, env)  # a CLI installed below /tmp stays visible
+        for path in spec.read_paths:
+            argv += ["--ro-bind", path, path]
+        argv += ["--dir", SANDBOX_WORKDIR, *_files(SANDBOX_WORKDIR, spec.workdir_files, fds)]
+        if spec.home is not None:
+            argv += ["--dir", SANDBOX_HOME, *_files(SANDBOX_HOME, spec.home.files, fds)]
+            for rel, real in spec.home.login:
+                argv += ["--bind", real, f"{SANDBOX_HOME}/{rel}"]
+            env.update(dict.fromkeys(spec.home.env, SANDBOX_HOME))
+        argv += ["--chdir", SANDBOX_WORKDIR, "--", binary, *spec.argv[1:]]
+        return Prepared(argv, "/", {**env, "TMPDIR": SANDBOX_WORKDIR}, pass_fds=tuple(fds))
+
+    def _home_binds(
+        self, home: str, binary: str, env: dict[str, str], backend: str, private: bool
+    ) -> list[str]:
+        """The real HOME is hidden but for the CLI's own state (read-write, unless the call has
+        a private home) and, read-only, the top-level directories where the CLI or PATH
+        live (so ``~/.local/bin/claude`` or nvm keep working)."""
+        out: list[str] = []
+        state = () if private else self.home_paths.get(backend, ())
+        for rel in state:
+            path = os.path.join(home, rel)
+            if os.path.exists(path):
+                out += ["--bind", path, path]
+        return out + _ro_binds_below(home, binary, env, skip={r.split("/")[0] for r in state})
+
+    def describe(self) -> str:
+        return f"{self.name} (PID namespace, private /tmp, HOME limited to each CLI's state)"
 
 
-def make_workdir(spec: LaunchSpec) -> Path:
-    """A fresh private directory holding only the backend's work-dir files."""
-    path = Path(tempfile.mkdtemp(prefix="cli-proxy-"))
-    for rel, content in spec.workdir_files:
-        target = path / rel
+def _ro_binds_below(
+    root: str, binary: str, env: Mapping[str, str], skip: set[str] | None = None
+) -> list[str]:
+    """``--ro-bind`` for each top-level directory below ``root`` that holds the binary (or
+    its real path) or a PATH entry: those stay visible when ``root`` is hidden."""
+    tops: set[str] = set()
+    for place in (binary, os.path.realpath(binary), *env.get("PATH", "").split(os.pathsep)):
+        if place.startswith(root.rstrip("/") + "/"):
+            tops.add(os.path.relpath(place, root).split(os.sep)[0])
+    out: list[str] = []
+    for top in sorted(tops - (skip or set())):
+        path = os.path.join(root, top)
+        if os.path.exists(path):
+            out += ["--ro-bind", path, path]
+    return out
+
+
+def _files(base: str, files: tuple[tuple[str, bytes], ...], fds: list[int]) -> list[str]:
+    """bwrap arguments that create ``files`` below ``base`` from in-memory copies."""
+    out: list[str] = []
+    for rel, content in files:
+        fd = _memfd(rel, content)
+        fds.append(fd)
+        out += ["--file", str(fd), f"{base}/{rel}"]
+    return out
+
+
+def _write_files(root: Path, files: tuple[tuple[str, bytes], ...]) -> None:
+    for rel, content in files:
+        target = root / rel
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_bytes(content)
+
+
+def _memfd(name: str, content: bytes) -> int:
+    """An in-memory file holding ``content``, its offset at 0 (bwrap ``--file`` reads it)."""
+    fd = os.memfd_create(name.replace("/", "_"), 0)
+    os.write(fd, content)
+    os.lseek(fd, 0, os.SEEK_SET)
+    return fd
+
+
+LAUNCHERS: dict[str, type[Launcher]] = {"bwrap": BwrapLauncher, "pdeathsig": PdeathsigLauncher}
+
+
+def make_launcher(name: str, home_paths: dict[str, tuple[str, ...]] | None = None) -> Launcher:
+    """``auto``: bwrap where it works here, else pdeathsig."""
+    if name == "auto":
+        name = "bwrap" if BwrapLauncher.available() else "pdeathsig"
+    if name == "bwrap":
+        if not BwrapLauncher.available():
+            raise ValueError("launcher 'bwrap' asked for, but bwrap is missing or cannot run here")
+        return BwrapLauncher(home_paths)
+    if name == "pdeathsig":
+        return PdeathsigLauncher()
+    raise ValueError(f"unknown launcher {name!r}; known: auto, {', '.join(LAUNCHERS)}")
+
+
+def default_work_root() -> Path:
+    """A private root for host work dirs, not below a world-writable directory (a world-
+    writable parent lets any local user plant files a CLI looks for, e.g. CLAUDE.md)."""
+    runtime = os.environ.get("XDG_RUNTIME_DIR")
+    base = Path(runtime) if runtime and os.path.isdir(runtime) else Path.home() / ".cache"
+    return base / "cli-proxy" / "work"
+
+
+def make_workdir(spec: LaunchSpec, root: Path) -> Path:
+    """A fresh private directory holding only the backend's work-dir files."""
+    root.mkdir(parents=True, exist_ok=True, mode=0o700)
+    path = Path(tempfile.mkdtemp(prefix="call-", dir=root))
+    _write_files(path, spec.workdir_files)
     return path
 
 
@@ -140,26 +329,34 @@ def remove_workdir(path: Path) -> None:
         shutil.rmtree(path, ignore_errors=True)
 
 
-async def spawn(spec: LaunchSpec, launcher: Launcher, workdir: Path) -> asyncio.subprocess.Process:
-    """Start the CLI of ``spec`` in ``workdir``, in a new session (so its group can be killed)."""
-    env = spec.environ
-    binary = resolve_binary(spec.argv[0], env)
-    # TMPDIR too: CLIs drop error reports there, and those contain the prompt
-    env["TMPDIR"] = str(workdir)
-    cmd = launcher.command([binary, *spec.argv[1:]], env, workdir)
+async def spawn(
+    spec: LaunchSpec, launcher: Launcher
+) -> tuple[asyncio.subprocess.Process, Prepared]:
+    """Start the CLI of ``spec`` contained, in a new session (so its group can be killed).
+    The caller must ``cleanup()`` the returned ``Prepared`` once the process is reaped."""
+    binary = resolve_binary(spec.argv[0], spec.environ)
+    prepared = launcher.prepare(spec, binary)
     try:
-        return await asyncio.create_subprocess_exec(
-            *cmd.argv,
+        proc = await asyncio.create_subprocess_exec(
+            *prepared.argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
             stderr=asyncio.subprocess.PIPE,
-            cwd=workdir,
-            env=env,
+            cwd=prepared.cwd,
+            env=prepared.env,
             start_new_session=True,
-            preexec_fn=cmd.preexec,
+            preexec_fn=prepared.preexec,
+            pass_fds=prepared.pass_fds,
             limit=STDOUT_LIMIT,
         )
     except FileNotFoundError:
+        prepared.cleanup()
         raise CliMissing(spec.argv[0]) from None
     except PermissionError:
+        prepared.cleanup()
         raise CliMissing(spec.argv[0], executable=True) from None
+    except BaseException:
+        prepared.cleanup()
+        raise
+    prepared.release_fds()
+    return proc, prepared

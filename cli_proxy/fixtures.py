@@ -157,7 +157,8 @@ def _replay_spec(fixture: Fixture, speed: float) -> LaunchSpec:
         "--speed",
         str(speed),
     ]
-    return LaunchSpec.make(f"replay:{fixture.backend}", argv, env)
+    path = str(fixture.path.resolve())
+    return LaunchSpec.make(f"replay:{fixture.backend}", argv, env, read_paths=(path,))
 
 
 def _recorded_ids(fixture: Fixture) -> ResponseIds:

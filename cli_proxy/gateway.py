@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .backends import backend_class
+from .backends import backend_class, names
 from .backends.base import Backend, LaunchOptions, StreamParser
 from .completion import Completion, LineSink
 from .config import Settings
@@ -74,7 +74,11 @@ class LiveBackends:
     def target(self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions) -> Target:
         backend = self.backends[route.backend]
         spec = LaunchSpec.make(
-            backend.name, backend.argv(launch), backend.env(os.environ), backend.workdir_files()
+            backend.name,
+            backend.argv(launch),
+            backend.env(os.environ),
+            backend.workdir_files(),
+            backend.private_home(os.environ.get("HOME") or os.path.expanduser("~")),
         )
         return Target(spec, backend.encode_prompt, backend.new_parser)
 
@@ -88,7 +92,6 @@ class Gateway:
     settings: Settings
     source: PlanSource
     sink_for: Callable[[Plan], LineSink | None] | None = None
-    launcher_name: str = "pdeathsig"
     supervisor: Supervisor = field(init=False)
     launcher: Launcher = field(init=False)
     prompt_options: PromptOptions = field(init=False)
@@ -100,7 +103,8 @@ class Gateway:
             max_queue=s.max_queue,
             limits=Limits(s.timeout_s, s.idle_timeout_s, s.kill_grace_s),
         )
-        self.launcher = make_launcher(self.launcher_name)
+        home_paths = {n: backend_class(n).home_paths for n in names()}
+        self.launcher = make_launcher(s.launcher, home_paths)
         self.prompt_options = PromptOptions(s.function_list_threshold, s.sanitize_system)
 
     def plan(self, req: ChatCompletionRequest) -> Plan:

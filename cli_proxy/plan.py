@@ -13,9 +13,11 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
 
-from .backends.base import StreamParser
-from .protocol import ChatCompletionRequest
+if TYPE_CHECKING:
+    from .backends.base import StreamParser
+    from .protocol import ChatCompletionRequest
 
 
 def new_call_id() -> str:
@@ -27,6 +29,16 @@ def new_completion_id() -> str:
 
 
 @dataclass(frozen=True, slots=True)
+class PrivateHome:
+    """A throw-away HOME for one call: the gateway's own files plus the user's login files,
+    linked in place (never copied, so a refreshed token lands in the real file)."""
+
+    env: tuple[str, ...]  # variables pointed at it (HOME, GEMINI_CLI_HOME, ...)
+    files: tuple[tuple[str, bytes], ...]  # (path relative to it, content)
+    login: tuple[tuple[str, str], ...]  # (path relative to it, the user's real file)
+
+
+@dataclass(frozen=True, slots=True)
 class LaunchSpec:
     """How to start one CLI process. Two equal specs start interchangeable processes."""
 
@@ -34,6 +46,8 @@ class LaunchSpec:
     argv: tuple[str, ...]
     env: tuple[tuple[str, str], ...]  # sorted (name, value) pairs
     workdir_files: tuple[tuple[str, bytes], ...] = ()
+    home: PrivateHome | None = None  # None: the CLI uses the real HOME (its state paths only)
+    read_paths: tuple[str, ...] = ()  # host files the process must read (a sandbox shows them)
 
     @classmethod
     def make(
@@ -42,8 +56,11 @@ class LaunchSpec:
         argv: list[str],
         env: Mapping[str, str],
         workdir_files: tuple[tuple[str, bytes], ...] = (),
+        home: PrivateHome | None = None,
+        read_paths: tuple[str, ...] = (),
     ) -> LaunchSpec:
-        return cls(backend, tuple(argv), tuple(sorted(env.items())), workdir_files)
+        env_pairs = tuple(sorted(env.items()))
+        return cls(backend, tuple(argv), env_pairs, workdir_files, home, read_paths)
 
     @property
     def environ(self) -> dict[str, str]:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from .containment import Launcher, make_workdir, remove_workdir, spawn
+from .containment import Launcher, spawn
 from .failures import CliFailed, CliTimeout, FailureKind, ShuttingDown
 from .plan import LaunchSpec
 
@@ -270,17 +270,14 @@ def _signal_all(pgid: int, procs: Sequence[psutil.Process], sig: int) -> None:
 async def started(
     spec: LaunchSpec, launcher: Launcher, limits: Limits, deadline: float
 ) -> AsyncIterator[CliRun]:
-    """Start the CLI of ``spec`` in a fresh private work dir; on exit the tree is killed (if
-    still running) and reaped, then the work dir is removed, whatever happened."""
-    workdir = make_workdir(spec)
-    run: CliRun | None = None
+    """Start the CLI of ``spec`` contained, with a fresh private work dir; on exit the tree is
+    killed (if still running) and reaped, then the work dir is removed, whatever happened."""
+    proc, prepared = await spawn(spec, launcher)
+    run = CliRun(proc, deadline, limits)
     try:
-        proc = await spawn(spec, launcher, workdir)
-        run = CliRun(proc, deadline, limits)
         yield run
     finally:
         try:
-            if run is not None:
-                await run.close()
+            await run.close()
         finally:  # even if cancelled again while closing: the kill itself is shielded
-            remove_workdir(workdir)
+            prepared.cleanup()

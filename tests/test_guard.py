@@ -3,26 +3,30 @@
 from __future__ import annotations
 
 import json
-from pathlib import Path
-from typing import Any
 
 import aiohttp
 import pytest
 
-from cli_proxy.containment import Command, PdeathsigLauncher
+from cli_proxy.containment import Launcher, Prepared
+from cli_proxy.plan import LaunchSpec
 
 from .conftest import Served, ServeFactory
 
 BODY = json.dumps({"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "hi"}]})
 
 
-class CountingLauncher(PdeathsigLauncher):
-    def __init__(self) -> None:
+class CountingLauncher(Launcher):
+    """Whatever launcher the gateway uses, counting the processes it prepares."""
+
+    name = "counting"
+
+    def __init__(self, inner: Launcher) -> None:
+        self.inner = inner
         self.started = 0
 
-    def command(self, argv: Any, env: Any, workdir: Path) -> Command:
+    def prepare(self, spec: LaunchSpec, binary: str) -> Prepared:
         self.started += 1
-        return super().command(argv, env, workdir)
+        return self.inner.prepare(spec, binary)
 
 
 async def post(
@@ -38,7 +42,7 @@ async def post(
 @pytest.fixture
 async def counted(serve: ServeFactory) -> tuple[Served, CountingLauncher]:
     served = await serve(cors_origins="https://app.example")
-    launcher = CountingLauncher()
+    launcher = CountingLauncher(served.gateway.launcher)
     served.gateway.launcher = launcher
     return served, launcher
 

@@ -20,6 +20,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ..events import CliEvent, Failure
 from ..failures import FailureKind
+from ..plan import PrivateHome
 
 
 @dataclass(frozen=True, slots=True)
@@ -56,6 +57,9 @@ class Backend(ABC):
     model_prefixes: ClassVar[tuple[str, ...]] = ()  # "claude-" routes claude-anything here
     aliases: ClassVar[tuple[str, ...]] = ()  # bare names ("sonnet") that route here
     known_models: ClassVar[tuple[str, ...]] = ()  # what /v1/models lists
+    home_paths: ClassVar[tuple[str, ...]] = ()
+    """Paths below HOME holding the CLI's login and state; in the sandbox the rest of HOME
+    is hidden. The login is used in place: never copied or moved."""
     nesting_vars: ClassVar[frozenset[str]] = frozenset()
     """Variables a parent session of this CLI sets; inherited, they make any child CLI believe
     it is nested inside another agent session. Every backend's child env drops all of them."""
@@ -76,6 +80,10 @@ class Backend(ABC):
     def workdir_files(self) -> tuple[tuple[str, bytes], ...]:
         """Files (relative path, content) written into the CLI's fresh, empty work dir."""
         return ()
+
+    def private_home(self, user_home: str) -> PrivateHome | None:
+        """A throw-away HOME for the call (None: the real one, limited to ``home_paths``)."""
+        return None
 
     def encode_prompt(self, prompt: str) -> bytes:
         """The bytes written to the CLI's stdin (then closed)."""

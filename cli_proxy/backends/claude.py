@@ -29,6 +29,7 @@ class ClaudeBackend(Backend):
     options_model = ClaudeOptions
     model_prefixes = ("claude-",)
     aliases = ("sonnet", "opus", "haiku")
+    home_paths = (".claude", ".claude.json", ".config/claude")
     known_models = (
         "claude-sonnet-4-6",
         "claude-opus-4-6",

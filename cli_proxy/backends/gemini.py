@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import json
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any, ClassVar
 
 from ..events import CliEvent, TextDelta, UsageReport
+from ..plan import PrivateHome
 from .base import (
     Backend,
     BackendOptions,
@@ -19,11 +21,27 @@ from .base import (
 )
 
 # Workspace settings (they override the user's): no core tools, so the model cannot act on
-# the host; one attempt, because a retried stream re-prints the text already streamed.
+# the host; one attempt, because a retried stream re-prints the text already streamed; no
+# folder listing in the prompt (it would differ per call and defeat prompt caching).
 WORKSPACE_SETTINGS = {
     "tools": {"core": [], "useRipgrep": False},
     "general": {"maxAttempts": 1},
+    "context": {"includeDirectoryTree": False},
 }
+# The user settings of the call's private GEMINI_CLI_HOME: the user's own are never read
+# (they can run hooks, load .env, skills and memory into the prompt; see
+# tests/data/real-cli/gemini-sealing.md); only the auth type is carried over.
+USER_SETTINGS: dict[str, Any] = {
+    "privacy": {"usageStatisticsEnabled": False},
+    "skills": {"enabled": False},
+    "hooksConfig": {"enabled": False},
+    "general": {"maxAttempts": 1},
+    "context": {"includeDirectoryTree": False},
+}
+# The login lives in these files of the user's ~/.gemini; they are linked, never copied.
+LOGIN_FILES = ("oauth_creds.json", "google_accounts.json", "installation_id")
+# ``@name`` in the prompt inlines a work-dir file; the work dir ignores every file.
+GEMINIIGNORE = b"*\n"
 
 
 class GeminiOptions(BackendOptions):
@@ -34,6 +52,7 @@ class GeminiBackend(Backend):
     name = "gemini"
     options_model = GeminiOptions
     model_prefixes = ("gemini-",)
+    home_paths = (".gemini",)
     known_models = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite")
     nesting_vars: ClassVar[frozenset[str]] = frozenset(
         {"GEMINI_CLI", "GEMINI_CLI_IDE_SERVER_PORT", "GEMINI_CLI_IDE_WORKSPACE_PATH"}
@@ -57,10 +76,31 @@ class GeminiBackend(Backend):
         env = super().env(base)
         # the working directory is our own empty temp dir; trusting it loads our settings
         env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
+        env["TZ"] = "UTC"  # the date in its session context follows the time zone
         return env
 
     def workdir_files(self) -> tuple[tuple[str, bytes], ...]:
-        return ((".gemini/settings.json", json.dumps(WORKSPACE_SETTINGS).encode()),)
+        return (
+            (".gemini/settings.json", json.dumps(WORKSPACE_SETTINGS).encode()),
+            (".geminiignore", GEMINIIGNORE),
+        )
+
+    def private_home(self, user_home: str) -> PrivateHome:
+        """GEMINI_CLI_HOME relocates all of ~/.gemini (memory, settings, hooks, chats,
+        projects.json): a fresh one per call holds our settings and links the login."""
+        real = Path(user_home) / ".gemini"
+        settings = dict(USER_SETTINGS)
+        auth = _auth_type(real / "settings.json")
+        if auth is not None:
+            settings["security"] = {"auth": {"selectedType": auth}}
+        login = tuple(
+            (f".gemini/{name}", str(real / name)) for name in LOGIN_FILES if (real / name).is_file()
+        )
+        return PrivateHome(
+            env=("HOME", "GEMINI_CLI_HOME"),
+            files=((".gemini/settings.json", json.dumps(settings).encode()),),
+            login=login,
+        )
 
     @classmethod
     def new_parser(cls) -> GeminiParser:
@@ -116,6 +156,16 @@ class GeminiParser:
         if not self._text_seen:
             return [empty_answer("gemini")]
         return []
+
+
+def _auth_type(path: Path) -> str | None:
+    """The user's chosen auth type, the one thing taken from their settings."""
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        auth = data["security"]["auth"]["selectedType"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
+    return auth if isinstance(auth, str) else None
 
 
 def _message(obj: dict[str, Any]) -> str:
