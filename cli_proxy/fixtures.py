@@ -212,7 +212,7 @@ class ReplaySource:
             )
         return Target(
             _replay_spec(fixture, self.speed),
-            lambda prompt: prompt.encode("utf-8"),
+            lambda prompt: prompt.text.encode("utf-8"),
             backend_class(fixture.backend).new_parser,
             _recorded_ids(fixture),
         )

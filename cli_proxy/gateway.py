@@ -20,7 +20,7 @@ from .containment import Launcher, make_launcher
 from .errors import APIError
 from .plan import CallInput, LaunchSpec, Plan, ResponseIds
 from .process import Limits
-from .prompt import PromptOptions, build_prompt, tools_active
+from .prompt import Prompt, PromptOptions, render, tools_active
 from .protocol import ChatCompletionRequest, NamedToolChoice
 from .routing import Route, listed_models, route
 from .supervisor import Supervisor
@@ -31,7 +31,7 @@ class Target:
     """What a source contributes to a plan: the process to start and how to talk to it."""
 
     launch: LaunchSpec
-    encode: Callable[[str], bytes]
+    encode: Callable[[Prompt], bytes]
     parser: Callable[[], StreamParser]
     ids: ResponseIds = field(default_factory=ResponseIds)
 
@@ -115,7 +115,7 @@ class Gateway:
             req, r, LaunchOptions(model=r.cli_model, stream_partial=bool(req.stream))
         )
         call = CallInput(
-            prompt=prompt,
+            prompt=prompt.text,
             stdin=target.encode(prompt),
             tools_active=tools_active(req),
             ids=target.ids,
@@ -165,14 +165,15 @@ class Gateway:
             )
         return r
 
-    def _prompt(self, req: ChatCompletionRequest) -> str:
-        text = build_prompt(req, self.prompt_options)
-        if len(text) > self.settings.max_prompt_chars:
+    def _prompt(self, req: ChatCompletionRequest) -> Prompt:
+        prompt = render(req, self.prompt_options)
+        size = sum(map(len, prompt.blocks))
+        if size > self.settings.max_prompt_chars:
             raise APIError(
                 400,
-                f"the rendered prompt has {len(text)} characters "
+                f"the rendered prompt has {size} characters "
                 f"(limit {self.settings.max_prompt_chars})",
                 param="messages",
                 code="context_length_exceeded",
             )
-        return text
+        return prompt

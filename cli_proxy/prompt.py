@@ -59,6 +59,24 @@ BASE_RULES = (
 )
 
 
+TURNS_PER_BLOCK = 8
+"""History turns per prompt block. Groups are fixed by turn number, so when a conversation
+grows only its last group changes: every earlier block stays byte-identical, a prefix the
+provider can cache (Anthropic looks for cached prefixes at block boundaries)."""
+
+
+@dataclass(frozen=True, slots=True)
+class Prompt:
+    """The rendered prompt as stable pieces; a backend encodes them (one text, or one content
+    block each). ``text`` is always the pieces joined."""
+
+    blocks: tuple[str, ...]
+
+    @property
+    def text(self) -> str:
+        return "".join(self.blocks)
+
+
 @dataclass(frozen=True, slots=True)
 class PromptOptions:
     """Knobs that shape the prompt but are not part of the request."""
@@ -73,6 +91,12 @@ def tools_active(req: ChatCompletionRequest) -> bool:
 
 
 def build_prompt(req: ChatCompletionRequest, options: PromptOptions | None = None) -> str:
+    return render(req, options).text
+
+
+def render(req: ChatCompletionRequest, options: PromptOptions | None = None) -> Prompt:
+    """The prompt as blocks: [instructions and system context + history open tag], then the
+    history turns in groups of ``TURNS_PER_BLOCK``, then the history close tag."""
     opts = options or PromptOptions()
     blocks: list[etree._Element] = []
     if tools_active(req):
@@ -86,8 +110,14 @@ def build_prompt(req: ChatCompletionRequest, options: PromptOptions | None = Non
         text = "\n\n".join(t for t in texts if t)
         ctx.text = _xml_safe(sanitize(text) if opts.sanitize_system else text)
         blocks.append(ctx)
-    blocks.append(_history([m for m in req.messages if not isinstance(m, SystemMessage)]))
-    return "\n\n".join(etree.tostring(b, encoding="unicode") for b in blocks) + "\n"
+    history = _history([m for m in req.messages if not isinstance(m, SystemMessage)])
+    head = "".join(etree.tostring(b, encoding="unicode") + "\n\n" for b in blocks)
+    turns = [etree.tostring(t, encoding="unicode") for t in history]
+    pieces = [head + "<conversation_history>" + (history.text or "")]
+    for i in range(0, len(turns), TURNS_PER_BLOCK):
+        pieces.append("".join(turns[i : i + TURNS_PER_BLOCK]))
+    pieces.append("</conversation_history>\n")
+    return Prompt(tuple(pieces))
 
 
 # ----------------------------------------------------------------- instructions

@@ -37,6 +37,17 @@ import time
 import uuid
 
 
+def stream_json_prompt(data: str) -> str:
+    """claude --input-format stream-json: user messages of text blocks, one JSON per line."""
+    texts: list[str] = []
+    for line in data.splitlines():
+        if line.strip():
+            msg = json.loads(line)
+            assert msg["type"] == "user", msg
+            texts += [b["text"] for b in msg["message"]["content"] if b.get("type") == "text"]
+    return "".join(texts)
+
+
 def directive(prompt: str) -> dict[str, object]:
     idx = prompt.rfind("@@fake ")
     if idx < 0:
@@ -255,6 +266,8 @@ def main() -> int:
     sys.stdin.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     sys.stdout.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     prompt = sys.stdin.read()
+    if "--input-format" in sys.argv and "stream-json" in sys.argv:
+        prompt = stream_json_prompt(prompt)
     spec = directive(prompt)
     if spec.get("child"):
         subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({float(spec['child'])})"])  # type: ignore[arg-type]

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from ..events import CliEvent, Failure
 from ..failures import FailureKind
 from ..plan import PrivateHome
+from ..prompt import Prompt
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,9 +86,9 @@ class Backend(ABC):
         """A throw-away HOME for the call (None: the real one, limited to ``home_paths``)."""
         return None
 
-    def encode_prompt(self, prompt: str) -> bytes:
-        """The bytes written to the CLI's stdin (then closed)."""
-        return prompt.encode("utf-8")
+    def encode_prompt(self, prompt: Prompt) -> bytes:
+        """The bytes written to the CLI's stdin (then closed): the plain text by default."""
+        return prompt.text.encode("utf-8")
 
     @classmethod
     @abstractmethod

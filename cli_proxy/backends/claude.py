@@ -7,6 +7,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
 from ..events import CliEvent, Failure, TextDelta, Truncated, UsageReport
+from ..prompt import Prompt
 from .base import (
     Backend,
     BackendOptions,
@@ -53,6 +54,11 @@ class ClaudeBackend(Backend):
         argv = [
             *self.command,
             "-p",
+            # The prompt arrives as one user message of content blocks (encode_prompt): in
+            # this mode claude never expands @path mentions into file reads (it does in plain
+            # text mode, even with --tools ""), and it waits for input with no time limit.
+            "--input-format",
+            "stream-json",
             "--output-format",
             "stream-json",
             "--verbose",
@@ -62,6 +68,11 @@ class ClaudeBackend(Backend):
             "--tools",
             "",
             "--strict-mcp-config",
+            # No CLAUDE.md from the user's memory or any parent dir, no user/project settings.
+            "--setting-sources",
+            "",
+            # No transcript of the call under ~/.claude/projects.
+            "--no-session-persistence",
         ]
         if launch.stream_partial:
             argv.append("--include-partial-messages")
@@ -75,6 +86,12 @@ class ClaudeBackend(Backend):
         # retry 429/5xx themselves, honouring Retry-After
         env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
         return env
+
+    def encode_prompt(self, prompt: Prompt) -> bytes:
+        """One stream-json user message whose content blocks are the prompt's blocks."""
+        blocks = [{"type": "text", "text": b} for b in prompt.blocks if b]
+        message = {"type": "user", "message": {"role": "user", "content": blocks}}
+        return json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n"
 
     @classmethod
     def new_parser(cls) -> ClaudeParser:
