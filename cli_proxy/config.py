@@ -85,6 +85,8 @@ class Settings(BaseSettings):
     function_list_threshold: int = Field(default=10, ge=0)
     sanitize_system: bool = True
     drop_env: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    pass_env: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """More variables for the CLIs beyond each backend's allowlist (``AWS_*`` for Bedrock)."""
 
     record_dir: Path | None = None
     replay_dir: Path | None = None
@@ -102,7 +104,13 @@ class Settings(BaseSettings):
         return data
 
     @field_validator(
-        "backends", "api_keys", "drop_env", "allowed_hosts", "cors_origins", mode="before"
+        "backends",
+        "api_keys",
+        "drop_env",
+        "pass_env",
+        "allowed_hosts",
+        "cors_origins",
+        mode="before",
     )
     @classmethod
     def _comma_list(cls, value: object) -> object:

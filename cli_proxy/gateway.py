@@ -57,10 +57,10 @@ class LiveBackends:
 
     @classmethod
     def from_settings(cls, settings: Settings, enabled: list[str] | None = None) -> LiveBackends:
-        drop = frozenset(settings.drop_env)
+        drop, extra = frozenset(settings.drop_env), frozenset(settings.pass_env)
         return cls(
             {
-                name: backend_class(name)(settings.options_for(name), drop)
+                name: backend_class(name)(settings.options_for(name), drop, extra)
                 for name in (settings.backends if enabled is None else enabled)
             }
         )

@@ -34,6 +34,7 @@ class Conformance:
     captures: dict[str, str]  # case -> capture stem in tests/data/real-cli
     model: str  # a model name that routes to the backend
     tools_off: Callable[[list[str], dict[str, bytes]], bool]  # argv, work-dir files
+    auth_env: str  # a variable the CLI needs, which its env allowlist must pass
     known_limits: dict[str, str] = field(default_factory=dict)  # case -> why it is not met
 
 
@@ -63,6 +64,7 @@ CONFORMANCE: dict[str, Conformance] = {
         },
         model="claude-sonnet-4-6",
         tools_off=_claude_tools_off,
+        auth_env="ANTHROPIC_API_KEY",
     ),
     "gemini": Conformance(
         captures={
@@ -75,6 +77,7 @@ CONFORMANCE: dict[str, Conformance] = {
         },
         model="gemini-2.5-flash",
         tools_off=_gemini_tools_off,
+        auth_env="GEMINI_API_KEY",
         known_limits={
             "token_limit": "gemini 0.61.0 reports no MAX_TOKENS finish on stdout, stderr "
             "or in its stats (docs/real-clis.md)",
@@ -110,7 +113,7 @@ def failures_of(events: list[CliEvent]) -> list[Failure]:
 
 def make(backend: str, bin: str = "/opt/cli --flag") -> Backend:
     cls = backend_class(backend)
-    return cls(cls.options_from({"bin": bin}), frozenset({"DROP_ME"}))
+    return cls(cls.options_from({"bin": bin}), frozenset({"DROP_ME"}), frozenset({"PASS_ME"}))
 
 
 def test_every_registered_backend_has_a_conformance_entry() -> None:
@@ -170,13 +173,25 @@ def test_argv_has_the_clis_tools_off(backend: str) -> None:
     assert CONFORMANCE[backend].tools_off(argv, dict(b.workdir_files()))
 
 
+SECRETS = {
+    "AWS_SECRET_ACCESS_KEY": "s",
+    "GITHUB_TOKEN": "s",
+    "OPENAI_API_KEY": "s",
+    "DATABASE_URL": "s",
+    "CLI_PROXY_API_KEYS": "s",
+}
+
+
 @pytest.mark.parametrize("backend", BUILTIN)
-def test_env_is_scrubbed(backend: str) -> None:
+def test_env_is_an_allowlist(backend: str) -> None:
     nesting = {v: "1" for n in names() for v in backend_class(n).nesting_vars}
-    base = {"PATH": "/bin", "HOME": "/h", "CLI_PROXY_API_KEYS": "secret", "DROP_ME": "x"}
-    env = make(backend).env({**base, **nesting})
-    assert env["PATH"] == "/bin" and env["HOME"] == "/h"
-    assert not (set(nesting) | {"CLI_PROXY_API_KEYS", "DROP_ME"}) & set(env)
+    auth = CONFORMANCE[backend].auth_env
+    base = {"PATH": "/bin", "HOME": "/h", "LC_ALL": "C", "HTTPS_PROXY": "http://p", auth: "k"}
+    extra = {"DROP_ME": "x", "PASS_ME": "y"}
+    env = make(backend).env({**base, **nesting, **SECRETS, **extra})
+    assert {k: env[k] for k in base} == base
+    assert env["PASS_ME"] == "y"  # pass_env opens the door on purpose
+    assert not (set(nesting) | set(SECRETS) | {"DROP_ME"}) & set(env)
 
 
 @pytest.mark.parametrize("backend", BUILTIN)

@@ -61,22 +61,33 @@ class Backend(ABC):
     home_paths: ClassVar[tuple[str, ...]] = ()
     """Paths below HOME holding the CLI's login and state; in the sandbox the rest of HOME
     is hidden. The login is used in place: never copied or moved."""
+    env_allow: ClassVar[tuple[str, ...]] = ()
+    """Variables (a trailing ``*`` matches a prefix) the CLI needs beyond ``COMMON_ENV``: its
+    auth, base-URL and behaviour variables. Nothing else of the gateway's environment
+    reaches it (``pass_env`` adds names on purpose)."""
     nesting_vars: ClassVar[frozenset[str]] = frozenset()
     """Variables a parent session of this CLI sets; inherited, they make any child CLI believe
     it is nested inside another agent session. Every backend's child env drops all of them."""
 
-    def __init__(self, options: BackendOptions, drop_env: frozenset[str] = frozenset()) -> None:
+    def __init__(
+        self,
+        options: BackendOptions,
+        drop_env: frozenset[str] = frozenset(),
+        pass_env: frozenset[str] = frozenset(),
+    ) -> None:
         self.options = options
         self.command = split_command(options.bin)
         self.drop_env = drop_env
+        self.pass_env = pass_env
 
     @abstractmethod
     def argv(self, launch: LaunchOptions) -> list[str]:
         """The whole command line; the CLI's own tools must be off in it."""
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
-        """The child's environment, from the gateway's."""
-        return scrub_env(base, self.drop_env)
+        """The child's environment: the allowlisted part of the gateway's."""
+        allow = (*COMMON_ENV, *self.env_allow, *self.pass_env)
+        return scrub_env(base, self.drop_env, allow)
 
     def workdir_files(self) -> tuple[tuple[str, bytes], ...]:
         """Files (relative path, content) written into the CLI's fresh, empty work dir."""
@@ -114,16 +125,53 @@ def split_command(command: str) -> list[str]:
     return parts
 
 
-def scrub_env(base: Mapping[str, str], drop: frozenset[str] = frozenset()) -> dict[str, str]:
-    """``base`` less every backend's nesting variables, the gateway's own settings and
-    ``drop``."""
+COMMON_ENV = (
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "LANG",
+    "LANGUAGE",
+    "LC_*",
+    "TZ",
+    "TERM",
+    "HTTP_PROXY",
+    "HTTPS_PROXY",
+    "NO_PROXY",
+    "ALL_PROXY",
+    "http_proxy",
+    "https_proxy",
+    "no_proxy",
+    "all_proxy",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "NODE_EXTRA_CA_CERTS",
+    "REQUESTS_CA_BUNDLE",
+)
+"""What every CLI may need: where things are, locale, proxies and CA certificates."""
+
+
+def _allowed(name: str, allow: tuple[str, ...]) -> bool:
+    return any(name.startswith(a[:-1]) if a.endswith("*") else name == a for a in allow)
+
+
+def scrub_env(
+    base: Mapping[str, str],
+    drop: frozenset[str] = frozenset(),
+    allow: tuple[str, ...] = COMMON_ENV,
+) -> dict[str, str]:
+    """The allowlisted part of ``base``, less every backend's nesting variables, the
+    gateway's own settings and ``drop``: unrelated secrets (cloud keys, tokens) stay out."""
     from .registry import nesting_vars
 
     nesting = nesting_vars()
     return {
         k: v
         for k, v in base.items()
-        if k not in nesting and k not in drop and not k.startswith("CLI_PROXY_")
+        if _allowed(k, allow)
+        and k not in nesting
+        and k not in drop
+        and not k.startswith("CLI_PROXY_")
     }
 
 

@@ -39,6 +39,14 @@ class ClaudeBackend(Backend):
         "opus",
         "haiku",
     )
+    env_allow = (
+        "ANTHROPIC_*",
+        "CLAUDE_CODE_*",
+        "CLAUDE_CONFIG_DIR",
+        "DISABLE_*",
+        "MAX_THINKING_TOKENS",
+        "API_TIMEOUT_MS",
+    )
     nesting_vars: ClassVar[frozenset[str]] = frozenset(
         {
             "CLAUDECODE",

@@ -54,6 +54,7 @@ class GeminiBackend(Backend):
     model_prefixes = ("gemini-",)
     home_paths = (".gemini",)
     known_models = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite")
+    env_allow = ("GEMINI_*", "GOOGLE_*", "CLOUDSDK_*")
     nesting_vars: ClassVar[frozenset[str]] = frozenset(
         {"GEMINI_CLI", "GEMINI_CLI_IDE_SERVER_PORT", "GEMINI_CLI_IDE_WORKSPACE_PATH"}
     )
