@@ -18,6 +18,7 @@ from . import __version__
 from .backends import names
 from .backends.base import split_command
 from .config import Settings
+from .containment import enable_subreaper
 from .gateway import Gateway, LiveBackends, PlanSource
 from .logs import configure, log
 from .server import create_app
@@ -120,8 +121,9 @@ def _watch_children_with_pidfds() -> None:
 
 async def serve(settings: Settings) -> None:
     _watch_children_with_pidfds()
+    enable_subreaper()
     gateway, mode = make_gateway(settings)
-    log.info("starting", mode=mode)
+    log.info("starting", mode=mode, containment=gateway.launcher.describe())
     app = create_app(gateway)
     runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
     await runner.setup()

@@ -78,6 +78,9 @@ class Settings(BaseSettings):
     max_messages: int = Field(default=5000, ge=1)
     max_prompt_chars: int = Field(default=4_000_000, ge=1)
 
+    work_root: Path | None = None
+    """Where the pdeathsig launcher makes host work dirs (default: $XDG_RUNTIME_DIR or
+    ~/.cache, then cli-proxy/work); bwrap keeps them in memory."""
     launcher: str = "auto"
     """How each CLI is contained: ``bwrap`` (PID namespace, private /tmp, limited HOME),
     ``pdeathsig`` (no namespace), or ``auto`` (bwrap where it runs)."""

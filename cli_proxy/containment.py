@@ -58,6 +58,49 @@ def _die_with(parent: int) -> Callable[[], None] | None:
     return preexec
 
 
+_PR_SET_CHILD_SUBREAPER = 36
+_subreaper = False
+_spawned: set[int] = set()  # CLI processes started and not yet reaped
+_spawning = 0  # spawns under way: a new child may not be in _spawned yet
+
+
+def enable_subreaper() -> bool:
+    """Make the gateway the reaper of its CLIs' orphans (``PR_SET_CHILD_SUBREAPER``): a
+    grandchild that escapes by ``setsid`` or a double fork is re-parented to the gateway,
+    not to init, and ``sweep_orphans`` kills it. For the gateway process only (``serve``),
+    never inside a host application."""
+    global _subreaper
+    if _PRCTL is None or _PRCTL(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
+        return False
+    _subreaper = True
+    return True
+
+
+def kill_orphans() -> list[int]:
+    """SIGKILL the gateway's children that are not CLIs it started (re-parented orphans)
+    and their descendants; returns their pids, to be reaped. Runs on the event loop thread
+    and is skipped while a spawn is under way, so a CLI just forked is never taken for one."""
+    if not _subreaper or _spawning:
+        return []
+    import psutil
+
+    pids = []
+    for child in psutil.Process().children():
+        if child.pid in _spawned:
+            continue
+        pids.append(child.pid)
+        with contextlib.suppress(psutil.Error):
+            for p in [*child.children(recursive=True), child]:
+                p.kill()
+    return pids
+
+
+def _reap(pids: list[int]) -> None:
+    for pid in pids:
+        with contextlib.suppress(ChildProcessError, OSError):
+            os.waitpid(pid, 0)
+
+
 def resolve_binary(binary: str, env: Mapping[str, str]) -> str:
     """The absolute path of the CLI binary, or ``CliMissing``."""
     if os.sep not in binary:
@@ -133,6 +176,7 @@ class PdeathsigLauncher(Launcher):
 
     def __init__(self, work_root: Path | None = None) -> None:
         self.work_root = work_root or default_work_root()
+        sweep_stale_workdirs(self.work_root)
 
     def prepare(self, spec: LaunchSpec, binary: str) -> Prepared:
         workdir = make_workdir(spec, self.work_root)
@@ -156,7 +200,11 @@ class PdeathsigLauncher(Launcher):
 
     def describe(self) -> str:
         via = "setpriv" if self._setpriv else "preexec prctl"
-        return f"{self.name} (PR_SET_PDEATHSIG via {via}; work dirs in {self.work_root})"
+        reaper = "subreaper sweep" if _subreaper else "no subreaper"
+        return (
+            f"{self.name} (PR_SET_PDEATHSIG via {via}, {reaper}; no PID namespace: install "
+            f"bubblewrap for one; work dirs in {self.work_root})"
+        )
 
 
 SANDBOX_WORKDIR = "/tmp/cli-proxy/work"
@@ -292,7 +340,11 @@ def _memfd(name: str, content: bytes) -> int:
 LAUNCHERS: dict[str, type[Launcher]] = {"bwrap": BwrapLauncher, "pdeathsig": PdeathsigLauncher}
 
 
-def make_launcher(name: str, home_paths: dict[str, tuple[str, ...]] | None = None) -> Launcher:
+def make_launcher(
+    name: str,
+    home_paths: dict[str, tuple[str, ...]] | None = None,
+    work_root: Path | None = None,
+) -> Launcher:
     """``auto``: bwrap where it works here, else pdeathsig."""
     if name == "auto":
         name = "bwrap" if BwrapLauncher.available() else "pdeathsig"
@@ -301,7 +353,7 @@ def make_launcher(name: str, home_paths: dict[str, tuple[str, ...]] | None = Non
             raise ValueError("launcher 'bwrap' asked for, but bwrap is missing or cannot run here")
         return BwrapLauncher(home_paths)
     if name == "pdeathsig":
-        return PdeathsigLauncher()
+        return PdeathsigLauncher(work_root)
     raise ValueError(f"unknown launcher {name!r}; known: auto, {', '.join(LAUNCHERS)}")
 
 
@@ -313,10 +365,36 @@ def default_work_root() -> Path:
     return base / "cli-proxy" / "work"
 
 
+def sweep_stale_workdirs(root: Path) -> None:
+    """Remove work dirs a gateway killed with -9 left behind (their owner process is gone).
+    Each gateway works in ``root/<pid>-<start time>``."""
+    import psutil
+
+    if not root.is_dir():
+        return
+    for entry in root.iterdir():
+        pid, _, started = entry.name.partition("-")
+        if not pid.isdigit():
+            continue
+        try:
+            alive = f"{psutil.Process(int(pid)).create_time():.0f}" == started
+        except psutil.Error:
+            alive = False
+        if not alive:
+            shutil.rmtree(entry, ignore_errors=True)
+
+
+def _own_root(root: Path) -> Path:
+    import psutil
+
+    own = root / f"{os.getpid()}-{psutil.Process().create_time():.0f}"
+    own.mkdir(parents=True, exist_ok=True, mode=0o700)
+    return own
+
+
 def make_workdir(spec: LaunchSpec, root: Path) -> Path:
     """A fresh private directory holding only the backend's work-dir files."""
-    root.mkdir(parents=True, exist_ok=True, mode=0o700)
-    path = Path(tempfile.mkdtemp(prefix="call-", dir=root))
+    path = Path(tempfile.mkdtemp(prefix="call-", dir=_own_root(root)))
     _write_files(path, spec.workdir_files)
     return path
 
@@ -334,8 +412,10 @@ async def spawn(
 ) -> tuple[asyncio.subprocess.Process, Prepared]:
     """Start the CLI of ``spec`` contained, in a new session (so its group can be killed).
     The caller must ``cleanup()`` the returned ``Prepared`` once the process is reaped."""
+    global _spawning
     binary = resolve_binary(spec.argv[0], spec.environ)
     prepared = launcher.prepare(spec, binary)
+    _spawning += 1
     try:
         proc = await asyncio.create_subprocess_exec(
             *prepared.argv,
@@ -358,5 +438,16 @@ async def spawn(
     except BaseException:
         prepared.cleanup()
         raise
+    finally:
+        _spawning -= 1
+    _spawned.add(proc.pid)
     prepared.release_fds()
     return proc, prepared
+
+
+async def reaped(pid: int) -> None:
+    """The CLI ``pid`` has been reaped: kill and reap what it may have left behind."""
+    _spawned.discard(pid)
+    orphans = kill_orphans()
+    if orphans:
+        await asyncio.to_thread(_reap, orphans)

@@ -104,7 +104,7 @@ class Gateway:
             limits=Limits(s.timeout_s, s.idle_timeout_s, s.kill_grace_s),
         )
         home_paths = {n: backend_class(n).home_paths for n in names()}
-        self.launcher = make_launcher(s.launcher, home_paths)
+        self.launcher = make_launcher(s.launcher, home_paths, s.work_root)
         self.prompt_options = PromptOptions(s.function_list_threshold, s.sanitize_system)
 
     def plan(self, req: ChatCompletionRequest) -> Plan:

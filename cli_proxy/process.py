@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 import psutil
 
-from .containment import Launcher, spawn
+from .containment import Launcher, reaped, spawn
 from .failures import CliFailed, CliTimeout, FailureKind, ShuttingDown
 from .plan import LaunchSpec
 
@@ -281,3 +281,4 @@ async def started(
             await run.close()
         finally:  # even if cancelled again while closing: the kill itself is shielded
             prepared.cleanup()
+            await asyncio.shield(reaped(proc.pid))

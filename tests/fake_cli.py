@@ -18,6 +18,8 @@ the prompt (XML-escaped, so it is unescaped first):
   garbage     print non-JSON noise lines between events
   no_result   omit the final result line
   child       spawn a grandchild that sleeps this many seconds (tree-kill tests)
+  escape      with child: the grandchild escapes the CLI's session ("setsid") or is
+              re-parented by a double fork ("double_fork")
   echo_prompt answer with the prompt itself (round-trip tests)
   split_bytes write every output line in pieces of this many bytes, flushing (and pausing
               1 ms) after each: lines and UTF-8 characters arrive cut at byte boundaries
@@ -270,7 +272,13 @@ def main() -> int:
         prompt = stream_json_prompt(prompt)
     spec = directive(prompt)
     if spec.get("child"):
-        subprocess.Popen([sys.executable, "-c", f"import time; time.sleep({float(spec['child'])})"])  # type: ignore[arg-type]
+        sleep = f"time.sleep({float(spec['child'])})"  # type: ignore[arg-type]
+        code = {
+            "setsid": f"import os, time; os.setsid(); {sleep}",
+            "double_fork": "import os, sys, time\n"
+            "if os.fork(): sys.exit(0)\nos.setsid()\nif os.fork(): sys.exit(0)\n" + sleep,
+        }.get(str(spec.get("escape")), f"import time; {sleep}")
+        subprocess.Popen([sys.executable, "-c", code])
     if spec.get("hang"):
         time.sleep(float(spec["hang"]))  # type: ignore[arg-type]
     if spec.get("stderr"):
