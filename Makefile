@@ -6,12 +6,18 @@ STAMP  := $(VENV)/.installed-stamp
 HOST   ?= 127.0.0.1
 PORT   ?= 8080
 ARGS   ?=
-# Real CLIs for `make fixtures` / `make test-real`, installed project-locally from npm.
-CLI_DIR        ?= .cli
+# Real CLIs for the real-CLI tests, `make fixtures` and `make bench`, installed project-locally
+# from npm: pinned by default; `make test CLIS=latest` runs the suite on the newest releases.
+CLIS           ?= pinned
 CLAUDE_VERSION ?= 2.1.197
 GEMINI_VERSION ?= 0.61.0
+ifeq ($(CLIS),latest)
+CLAUDE_VERSION := $(shell npm view @anthropic-ai/claude-code version 2>/dev/null || echo latest)
+GEMINI_VERSION := $(shell npm view @google/gemini-cli version 2>/dev/null || echo latest)
+endif
+CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)
 
-.PHONY: help venv run test test-real lint check bench fixtures real-clis clean
+.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
@@ -29,11 +35,13 @@ $(STAMP): pyproject.toml
 venv: $(STAMP)
 
 run: $(STAMP)
+	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed: calls run without a PID namespace (docs/security.md)"
 	$(VENV)/bin/cli-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
 
 # The real CLIs (~15 s from npm) let tests/test_real_cli.py drive the real binaries against a
 # fake model API on loopback; without npm or the registry those tests skip, the rest still run.
 test: $(STAMP)
+	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed; bwrap tests will skip (the gateway falls back to the pdeathsig launcher)"
 	@$(MAKE) --no-print-directory real-clis || echo "note: real CLIs not installed; realcli tests will skip"
 	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider
 
@@ -48,6 +56,14 @@ bench: $(STAMP)
 	$(PY) bench/run.py
 
 real-clis: $(CLI_DIR)/node_modules/.bin/claude
+
+# bubblewrap (Debian package) gives every CLI call its own PID namespace and a sealed
+# filesystem view (docs/security.md). Installed when missing and we may (root + apt-get).
+sandbox:
+	@command -v bwrap >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get install -y -qq bubblewrap >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; }
+	@command -v bwrap >/dev/null
 
 $(CLI_DIR)/node_modules/.bin/claude:
 	command -v npm >/dev/null

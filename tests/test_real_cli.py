@@ -5,7 +5,7 @@ openai SDK -> gateway (in-process) -> real CLI process -> tests/fake_model_api.p
 keys and base URLs pointing at the fake API.
 
 Skipped unless the binaries exist: ``$CLI_PROXY_REAL_CLI_DIR`` first, then
-``.cli/node_modules/.bin`` (``make real-clis`` installs them; ``make test-real`` runs
+``.cli/*/node_modules/.bin`` (``make real-clis`` installs them; ``make test-real`` runs
 only these tests).
 """
 
@@ -56,7 +56,10 @@ FOREIGN_ENV = (
 
 def real_cli_dir() -> Path | None:
     """The first folder holding both binaries: $CLI_PROXY_REAL_CLI_DIR, then .cli/."""
-    candidates = [os.environ.get("CLI_PROXY_REAL_CLI_DIR"), str(ROOT / ".cli/node_modules/.bin")]
+    candidates = [
+        os.environ.get("CLI_PROXY_REAL_CLI_DIR"),
+        *sorted(str(p) for p in ROOT.glob(".cli/*/node_modules/.bin")),
+    ]
     for c in candidates:
         if c and all(os.access(Path(c) / name, os.X_OK) for name in ("claude", "gemini")):
             return Path(c).resolve()
