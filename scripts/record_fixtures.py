@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Re-record ``fixtures/`` from the REAL claude and gemini CLIs, offline.
 
-    python scripts/record_fixtures.py --cli-dir .cli/claude-2.1.197_gemini-0.61.0/node_modules/.bin --out fixtures
+    python scripts/record_fixtures.py --cli-dir .cli/<versions>/node_modules/.bin --out fixtures
 
 (``make fixtures`` runs exactly this.) What it does:
 
