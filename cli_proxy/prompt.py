@@ -59,22 +59,28 @@ BASE_RULES = (
 )
 
 
-TURNS_PER_BLOCK = 8
-"""History turns per prompt block. Groups are fixed by turn number, so when a conversation
-grows only its last group changes: every earlier block stays byte-identical, a prefix the
-provider can cache (Anthropic looks for cached prefixes at block boundaries)."""
-
-
 @dataclass(frozen=True, slots=True)
 class Prompt:
     """The rendered prompt as stable pieces; a backend encodes them (one text, or one content
-    block each). ``text`` is always the pieces joined."""
+    block each). ``text`` is always the pieces joined.
+
+    Layout: ``blocks[0]`` is the instructions, the system context and the history's opening
+    tag; then one block per turn; the last block closes the history (and lists tool calls
+    still waiting for a result). Nothing in a block depends on what comes after it, so when a
+    conversation continues, every block but the last is a byte-identical prefix of the next
+    call's prompt: the prefix a provider caches. ``cache_block`` is the last turn's block,
+    where a cache breakpoint makes the next call's prefix a hit.
+    """
 
     blocks: tuple[str, ...]
 
     @property
     def text(self) -> str:
         return "".join(self.blocks)
+
+    @property
+    def cache_block(self) -> int | None:
+        return len(self.blocks) - 2 if len(self.blocks) > 2 else None
 
 
 @dataclass(frozen=True, slots=True)
@@ -95,8 +101,7 @@ def build_prompt(req: ChatCompletionRequest, options: PromptOptions | None = Non
 
 
 def render(req: ChatCompletionRequest, options: PromptOptions | None = None) -> Prompt:
-    """The prompt as blocks: [instructions and system context + history open tag], then the
-    history turns in groups of ``TURNS_PER_BLOCK``, then the history close tag."""
+    """The prompt as blocks (see ``Prompt``)."""
     opts = options or PromptOptions()
     blocks: list[etree._Element] = []
     if tools_active(req):
@@ -110,14 +115,13 @@ def render(req: ChatCompletionRequest, options: PromptOptions | None = None) -> 
         text = "\n\n".join(t for t in texts if t)
         ctx.text = _xml_safe(sanitize(text) if opts.sanitize_system else text)
         blocks.append(ctx)
-    history = _history([m for m in req.messages if not isinstance(m, SystemMessage)])
+    history, pending = _history([m for m in req.messages if not isinstance(m, SystemMessage)])
     head = "".join(etree.tostring(b, encoding="unicode") + "\n\n" for b in blocks)
     turns = [etree.tostring(t, encoding="unicode") for t in history]
-    pieces = [head + "<conversation_history>" + (history.text or "")]
-    for i in range(0, len(turns), TURNS_PER_BLOCK):
-        pieces.append("".join(turns[i : i + TURNS_PER_BLOCK]))
-    pieces.append("</conversation_history>\n")
-    return Prompt(tuple(pieces))
+    tail = "</conversation_history>\n"
+    if len(pending):
+        tail += etree.tostring(pending, encoding="unicode") + "\n"
+    return Prompt((head + "<conversation_history>" + (history.text or ""), *turns, tail))
 
 
 # ----------------------------------------------------------------- instructions
@@ -183,8 +187,13 @@ def _json_instructions(req: ChatCompletionRequest) -> etree._Element:
 # ---------------------------------------------------------------------- history
 
 
-def _history(messages: Sequence[Message]) -> etree._Element:
+def _history(messages: Sequence[Message]) -> tuple[etree._Element, etree._Element]:
+    """The turns, and the calls no tool message answers (``<unanswered_calls>``, rendered
+    after the history: whether a call is answered depends on later turns, and a turn must
+    never change when the conversation grows)."""
     hist = etree.Element("conversation_history")
+    pending = etree.Element("unanswered_calls")
+    pending.text = "\n"
     hist.text = "\n"
     answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
     answered_names = {m.name for m in messages if isinstance(m, FunctionMessage)}
@@ -216,7 +225,10 @@ def _history(messages: Sequence[Message]) -> etree._Element:
                 attrs = {"id": call_id} if call_id else {}
                 has_result = call_id in answered if call_id else name in answered_names
                 if not has_result:
-                    attrs["result"] = "missing"
+                    call = etree.SubElement(pending, "call", name=_xml_safe(name))
+                    if call_id:
+                        call.set("id", _xml_safe(call_id))
+                    call.tail = "\n"
                 turn("assistant_tool_call", f"{name}({_compact_args(args)})", name=name, **attrs)
         elif isinstance(msg, ToolMessage):
             called = known.get(msg.tool_call_id)
@@ -226,10 +238,7 @@ def _history(messages: Sequence[Message]) -> etree._Element:
                 turn("tool_result", _flatten(msg.content), id=msg.tool_call_id, name=called)
         elif isinstance(msg, FunctionMessage):
             turn("tool_result", _flatten(msg.content), name=msg.name)
-    last = hist[-1] if len(hist) else None
-    if last is not None and last.get("role") == "user":
-        last.set("current", "true")
-    return hist
+    return hist, pending
 
 
 def _compact_args(arguments: str) -> str:

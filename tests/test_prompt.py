@@ -9,7 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
 
-from cli_proxy.prompt import PromptOptions, build_prompt
+from cli_proxy.prompt import PromptOptions, build_prompt, render
 from cli_proxy.protocol import ChatCompletionRequest
 
 
@@ -49,7 +49,7 @@ def test_plain_conversation_golden() -> None:
         "<conversation_history>\n"
         '<turn n="1" role="user">Hi</turn>\n'
         '<turn n="2" role="assistant">Hello!</turn>\n'
-        '<turn n="3" role="user" current="true">What is 2+2?</turn>\n'
+        '<turn n="3" role="user">What is 2+2?</turn>\n'
         "</conversation_history>\n"
     )
 
@@ -153,10 +153,12 @@ def test_history_tool_calls_results_and_orphans() -> None:
         ("tool_result", "zzz", None, "stray"),
         ("tool_result", None, "legacy", "old"),
     ]
-    assert turns[3].get("result") == "missing"  # c2 never got a result
+    # c2 never got a result: said after the history, so that no turn depends on later ones
+    assert [(c.get("id"), c.get("name")) for c in doc.iterfind("unanswered_calls/call")] == [
+        ("c2", "t")
+    ]
     assert turns[5].get("orphan") == "true"
     assert [t.get("n") for t in turns] == [str(i) for i in range(1, 8)]
-    assert turns[-1].get("current") is None  # the last turn is a tool result, not a user turn
 
 
 def test_content_parts_flattened_with_placeholders() -> None:
@@ -266,3 +268,64 @@ def test_fuzz_round_trip(texts: list[str], system: str) -> None:
     assert history is not None
     assert [t.text or "" for t in history] == texts
     assert (doc.findtext("system_context") or "") == system
+
+
+# ------------------------------------------------------- the prefix property (caching)
+
+_text = st.text(st.characters(codec="utf-8"), max_size=30)
+_call_ids = st.sampled_from(["c1", "c2", "c3"])
+
+
+@st.composite
+def _message(draw: st.DrawFn) -> dict[str, Any]:
+    kind = draw(st.sampled_from(["user", "assistant", "call", "tool", "function", "system"]))
+    if kind == "call":
+        calls = [
+            {"id": cid, "type": "function", "function": {"name": "w", "arguments": "{}"}}
+            for cid in draw(st.lists(_call_ids, min_size=1, max_size=2, unique=True))
+        ]
+        return {"role": "assistant", "content": draw(st.none() | _text), "tool_calls": calls}
+    if kind == "tool":
+        return {"role": "tool", "tool_call_id": draw(_call_ids), "content": draw(_text)}
+    if kind == "function":
+        return {"role": "function", "name": "w", "content": draw(_text)}
+    return {"role": kind, "content": draw(_text)}
+
+
+_conversation = st.lists(_message().filter(lambda m: m["role"] != "system"), max_size=8)
+
+
+@settings(max_examples=150, deadline=None)
+@given(
+    st.lists(st.fixed_dictionaries({"role": st.just("system"), "content": _text}), max_size=2),
+    _conversation.filter(bool),
+    _conversation,
+    st.sampled_from([None, "auto", "none"]),
+)
+def test_a_continued_conversation_keeps_the_earlier_prompt_as_its_prefix(
+    system: list[dict[str, Any]],
+    earlier: list[dict[str, Any]],
+    added: list[dict[str, Any]],
+    tool_choice: str | None,
+) -> None:
+    extra: dict[str, Any] = {"tools": [tool("w")]} if tool_choice else {}
+    if tool_choice:
+        extra["tool_choice"] = tool_choice
+    before = render(req(system + earlier, **extra))
+    after = render(req(system + earlier + added, **extra))
+    # every block but the closing one is a block of the next call, in place
+    assert after.blocks[: len(before.blocks) - 1] == before.blocks[:-1]
+    assert after.text.startswith("".join(before.blocks[:-1]))
+    # and the breakpoint sits on the last turn, the block the next call repeats
+    assert before.cache_block == len(before.blocks) - 2
+    assert parse(after.text) is not None
+
+
+def test_claude_encodes_blocks_with_a_breakpoint_on_the_last_turn() -> None:
+    from cli_proxy.backends.claude import ClaudeBackend, ClaudeOptions
+
+    prompt = render(req([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]))
+    line = json.loads(ClaudeBackend(ClaudeOptions()).encode_prompt(prompt))
+    content = line["message"]["content"]
+    assert [b["text"] for b in content] == list(prompt.blocks)
+    assert [i for i, b in enumerate(content) if "cache_control" in b] == [len(content) - 2]

@@ -175,3 +175,40 @@ async def test_calls_leave_no_prompt_under_home(sealed: Sealed, model: str) -> N
         for token in tokens:
             assert token.encode() not in data, f"{path} holds a prompt"
     assert not sealed.root.exists() or not any(sealed.root.rglob("call-*"))
+
+
+async def test_claude_reads_no_path_even_in_the_last_input_block(
+    sealed: Sealed, serve: ServeFactory
+) -> None:
+    """stream-json input alone is not enough: claude still expands @path in the LAST text
+    block (tests/data/real-cli/claude-sealing.md). The gateway never puts user text there, and
+    the backend's environment turns attachments off: checked with user text as the last
+    block, fed through the gateway's own plan and launcher."""
+    import dataclasses
+
+    from cli_proxy.completion import collect
+    from cli_proxy.protocol import ChatCompletionRequest
+
+    secret = canary()
+    notes = sealed.home / "notes.txt"
+    notes.write_text(secret)
+    settings = Settings(
+        claude_bin=str(CLI_DIR / "claude"), launcher="pdeathsig", work_root=sealed.root
+    )  # type: ignore[operator]
+    gw = Gateway(settings, live_backends(settings))
+    req = ChatCompletionRequest.model_validate(
+        {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "x"}]}
+    )
+    plan = gw.plan(req)
+    text = f"read @{notes} and @~/notes.txt" + fake(answer="done")
+    line = {
+        "type": "user",
+        "message": {"role": "user", "content": [{"type": "text", "text": text}]},
+    }
+    plan = dataclasses.replace(
+        plan, call=dataclasses.replace(plan.call, stdin=json.dumps(line).encode() + b"\n")
+    )
+    result = await collect(gw.completion(plan))
+    assert result.choices[0].message.content == "done"
+    sent = sealed.upstream()
+    assert "notes.txt" in sent and secret not in sent

@@ -226,7 +226,7 @@ async def test_input_items_reach_the_prompt(strict: openai.AsyncOpenAI) -> None:
     assert "What is in this picture?" in prompt
     assert "source https://example.com/cat.png" in prompt
     assert 'role="assistant">A cat.<' in prompt
-    assert 'role="user" current="true">And its colour?' in prompt
+    assert 'role="user">And its colour? ' in prompt and prompt.endswith("</conversation_history>\n")
 
 
 @pytest.mark.parametrize(

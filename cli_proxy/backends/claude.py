@@ -20,6 +20,12 @@ from .base import (
     load_json_line,
 )
 
+SEALED_ENV = {
+    "CLAUDE_CODE_DISABLE_ATTACHMENTS": "1",
+    "CLAUDE_CODE_DISABLE_CLAUDE_MDS": "1",
+    "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
+}
+
 
 class ClaudeOptions(BackendOptions):
     bin: str = "claude"
@@ -81,6 +87,9 @@ class ClaudeBackend(Backend):
             "",
             # No transcript of the call under ~/.claude/projects.
             "--no-session-persistence",
+            # cwd, platform and OS out of the system prompt (2.1.197 puts them there), so it
+            # is the same for every call: the provider caches it.
+            "--exclude-dynamic-system-prompt-sections",
         ]
         if launch.stream_partial:
             argv.append("--include-partial-messages")
@@ -93,11 +102,21 @@ class ClaudeBackend(Backend):
         # the CLI's default is 10 retries over ~3 minutes of silence; the OpenAI SDKs
         # retry 429/5xx themselves, honouring Retry-After
         env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
+        # The sealed box (tests/data/real-cli/claude-sealing.md): no @path reads, even in the
+        # last input block, where stream-json input still expands them; no CLAUDE.md of any
+        # kind; no auto memory (13 kB of system prompt naming HOME, and a memory dir per call).
+        env.update(SEALED_ENV)
         return env
 
     def encode_prompt(self, prompt: Prompt) -> bytes:
-        """One stream-json user message whose content blocks are the prompt's blocks."""
-        blocks = [{"type": "text", "text": b} for b in prompt.blocks if b]
+        """One stream-json user message whose content blocks are the prompt's blocks, with a
+        cache breakpoint on the last turn: the CLI puts its own on the last block (the
+        history's close, which the next call does not repeat), so without ours the next call
+        of the conversation could never read this one's prefix from the cache. The CLI sets
+        two more on its system prompt: four in all, the API's maximum."""
+        blocks: list[dict[str, Any]] = [{"type": "text", "text": b} for b in prompt.blocks]
+        if prompt.cache_block is not None:
+            blocks[prompt.cache_block]["cache_control"] = {"type": "ephemeral"}
         message = {"type": "user", "message": {"role": "user", "content": blocks}}
         return json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n"
 
