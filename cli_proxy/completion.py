@@ -21,6 +21,7 @@ from .process import CliRun, RunStats, started
 from .protocol import (
     ChatCompletion,
     Choice,
+    PromptTokensDetails,
     ResponseFunction,
     ResponseMessage,
     ResponseToolCall,
@@ -124,6 +125,7 @@ class Completion:
                         prompt_tokens=ev.prompt_tokens,
                         completion_tokens=ev.completion_tokens,
                         total_tokens=ev.prompt_tokens + ev.completion_tokens,
+                        prompt_tokens_details=PromptTokensDetails(cached_tokens=ev.cached_tokens),
                     )
                 elif failure is None:
                     out.extend(answer.feed(ev.text) if answer else [ContentDelta(ev.text)])

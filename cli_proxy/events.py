@@ -16,10 +16,12 @@ class TextDelta:
 
 @dataclass(frozen=True, slots=True)
 class UsageReport:
-    """Token counts as the CLI reports them (the last report wins)."""
+    """Token counts as the CLI reports them (the last report wins). ``prompt_tokens`` includes
+    the ``cached_tokens`` read from the provider's prompt cache."""
 
     prompt_tokens: int
     completion_tokens: int
+    cached_tokens: int = 0
 
 
 @dataclass(frozen=True, slots=True)

@@ -163,10 +163,15 @@ class ChatCompletionRequest(_Lenient):
 # --------------------------------------------------------------- responses
 
 
+class PromptTokensDetails(BaseModel):
+    cached_tokens: int = 0  # read from the provider's prompt cache (included in prompt_tokens)
+
+
 class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
+    prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
 
 
 class ResponseFunction(BaseModel):

@@ -23,6 +23,8 @@ the prompt (XML-escaped, so it is unescaped first):
   echo_prompt answer with the prompt itself (round-trip tests)
   split_bytes write every output line in pieces of this many bytes, flushing (and pausing
               1 ms) after each: lines and UTF-8 characters arrive cut at byte boundaries
+  cached      prompt tokens the model API read from its cache (claude
+              cache_read_input_tokens, gemini stats.cached)
   max_tokens  claude only: the answer, then the CLI's real "exceeded the output token
               maximum" error (synthetic assistant message + is_error result)
 Only the standard library: it runs with whatever python3 is on PATH.
@@ -212,7 +214,11 @@ def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: st
             "stop_reason": "end_turn",
             "session_id": session,
             "total_cost_usd": 0.0,
-            "usage": {**usage, "cache_creation_input_tokens": 0, "cache_read_input_tokens": 0},
+            "usage": {
+                **usage,
+                "cache_creation_input_tokens": 0,
+                "cache_read_input_tokens": int(spec.get("cached", 0)),  # type: ignore[call-overload]
+            },
             "permission_denials": [],
             "uuid": str(uuid.uuid4()),
         }
@@ -241,9 +247,9 @@ def run_gemini(argv: list[str], prompt: str, spec: dict[str, object], answer: st
         return
     stats = {
         "total_tokens": 0,
-        "input_tokens": len(prompt) // 4,
+        "input_tokens": len(prompt) // 4 + int(spec.get("cached", 0)),  # type: ignore[call-overload]
         "output_tokens": len(answer) // 4 + 1,
-        "cached": 0,
+        "cached": int(spec.get("cached", 0)),  # type: ignore[call-overload]
         "duration_ms": 5,
         "tool_calls": 0,
     }

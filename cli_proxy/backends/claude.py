@@ -245,7 +245,7 @@ def _usage(obj: dict[str, Any]) -> UsageReport | None:
         )
         completion = as_int(usage.get("output_tokens"))
         if prompt or completion:
-            return UsageReport(prompt, completion)
+            return UsageReport(prompt, completion, as_int(usage.get("cache_read_input_tokens")))
     per_model = obj.get("modelUsage")
     if isinstance(per_model, dict) and per_model:
         models = [m for m in per_model.values() if isinstance(m, dict)]
@@ -255,5 +255,6 @@ def _usage(obj: dict[str, Any]) -> UsageReport | None:
             for k in ("inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
         )
         completion = sum(as_int(m.get("outputTokens")) for m in models)
-        return UsageReport(prompt, completion)
+        cached = sum(as_int(m.get("cacheReadInputTokens")) for m in models)
+        return UsageReport(prompt, completion, cached)
     return UsageReport(0, 0) if isinstance(usage, dict) else None

@@ -136,8 +136,13 @@ class GeminiParser:
         events: list[CliEvent] = []
         stats = obj.get("stats")
         if isinstance(stats, dict):
+            # input_tokens includes the implicitly cached part, which ``cached`` counts
             events.append(
-                UsageReport(as_int(stats.get("input_tokens")), as_int(stats.get("output_tokens")))
+                UsageReport(
+                    as_int(stats.get("input_tokens")),
+                    as_int(stats.get("output_tokens")),
+                    as_int(stats.get("cached")),
+                )
             )
         if obj.get("status") not in (None, "success"):
             events.extend(self._fail(_message(obj)))

@@ -1,0 +1,51 @@
+"""Usage tells the truth about caching: prompt_tokens includes cached tokens and
+prompt_tokens_details.cached_tokens carries the CLI's cache-read count (chat, stream and not;
+Responses input_tokens_details), for every backend."""
+
+from __future__ import annotations
+
+import pytest
+
+from .conftest import Served, fake
+
+MODELS = ["claude-sonnet-4-6", "gemini-2.5-flash"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_chat_usage_reports_cached_tokens(served: Served, model: str) -> None:
+    r = await served.client.chat.completions.create(
+        model=model, messages=[{"role": "user", "content": fake(answer="ok", cached=1234)}]
+    )
+    u = r.usage
+    assert u is not None and u.prompt_tokens_details is not None
+    assert u.prompt_tokens_details.cached_tokens == 1234
+    assert u.prompt_tokens > 1234 and u.total_tokens == u.prompt_tokens + u.completion_tokens
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_streamed_usage_reports_cached_tokens(served: Served, model: str) -> None:
+    stream = await served.client.chat.completions.create(
+        model=model,
+        messages=[{"role": "user", "content": fake(answer="ok", cached=77)}],
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    usage = [c.usage async for c in stream if c.usage is not None]
+    assert len(usage) == 1 and usage[0].prompt_tokens_details is not None
+    assert usage[0].prompt_tokens_details.cached_tokens == 77
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_responses_usage_reports_cached_tokens(served: Served, model: str) -> None:
+    r = await served.client.responses.create(model=model, input=fake(answer="ok", cached=55))
+    assert r.usage is not None
+    assert r.usage.input_tokens_details.cached_tokens == 55
+    assert r.usage.input_tokens > 55
+
+
+async def test_no_cache_reads_zero(served: Served) -> None:
+    r = await served.client.chat.completions.create(
+        model=MODELS[0], messages=[{"role": "user", "content": fake(answer="ok")}]
+    )
+    assert r.usage is not None and r.usage.prompt_tokens_details is not None
+    assert r.usage.prompt_tokens_details.cached_tokens == 0
