@@ -17,6 +17,7 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from .backends import names as backend_names
 from .backends.base import BackendOptions
 from .backends.registry import backend_class
+from .protocol import ReasoningEffort
 
 ENV_PREFIX = "CLI_PROXY_"
 
@@ -84,6 +85,9 @@ class Settings(BaseSettings):
     launcher: str = "auto"
     """How each CLI is contained: ``bwrap`` (PID namespace, private /tmp, limited HOME),
     ``pdeathsig`` (no namespace), or ``auto`` (bwrap where it runs)."""
+
+    reasoning_effort: ReasoningEffort | None = None
+    """The reasoning level when a request names none (None: each CLI's own default)."""
 
     function_list_threshold: int = Field(default=10, ge=0)
     sanitize_system: bool = True

@@ -77,7 +77,7 @@ class LiveBackends:
             backend.name,
             backend.argv(launch),
             backend.env(os.environ),
-            backend.workdir_files(),
+            backend.workdir_files(launch),
             backend.private_home(os.environ.get("HOME") or os.path.expanduser("~")),
         )
         return Target(spec, backend.encode_prompt, backend.new_parser)
@@ -111,9 +111,9 @@ class Gateway:
         """Everything decided before a process exists; APIError for a request that cannot run."""
         r = self._check(req)
         prompt = self._prompt(req)
-        target = self.source.target(
-            req, r, LaunchOptions(model=r.cli_model, stream_partial=bool(req.stream))
-        )
+        effort = req.reasoning_effort or self.settings.reasoning_effort
+        launch = LaunchOptions(model=r.cli_model, stream_partial=bool(req.stream), effort=effort)
+        target = self.source.target(req, r, launch)
         call = CallInput(
             prompt=prompt.text,
             stdin=target.encode(prompt),

@@ -140,6 +140,10 @@ class ResponseFormat(_Lenient):
     json_schema: dict[str, Any] | None = None
 
 
+ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
+"""OpenAI's reasoning levels; each backend maps them to what its CLI offers."""
+
+
 class ChatCompletionRequest(_Lenient):
     model: str = Field(min_length=1)
     messages: list[Message] = Field(min_length=1)
@@ -149,6 +153,7 @@ class ChatCompletionRequest(_Lenient):
     stream: bool | None = False
     stream_options: StreamOptions | None = None
     response_format: ResponseFormat | None = None
+    reasoning_effort: ReasoningEffort | None = None
     user: str | None = None
     # Sampling knobs the CLIs cannot honour; accepted so clients don't break.
     temperature: float | None = None

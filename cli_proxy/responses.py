@@ -41,6 +41,7 @@ class ResponsesRequest(BaseModel):
     top_p: float | None = None
     metadata: dict[str, Any] | None = None
     user: str | None = None
+    reasoning: dict[str, Any] | None = None
 
 
 # -------------------------------------------------------------------- request side
@@ -118,6 +119,8 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         chat["tool_choice"] = _tool_choice(req.tool_choice)
     if req.parallel_tool_calls is not None:
         chat["parallel_tool_calls"] = req.parallel_tool_calls
+    if req.reasoning and req.reasoning.get("effort") is not None:
+        chat["reasoning_effort"] = req.reasoning["effort"]
     try:
         return ChatCompletionRequest.model_validate(chat)
     except ValidationError as exc:

@@ -170,7 +170,8 @@ def test_argv_has_the_clis_tools_off(backend: str) -> None:
     assert argv[:2] == ["/opt/cli", "--flag"]
     assert argv[argv.index("--model") + 1] == CONFORMANCE[backend].model
     assert not {"--resume", "--continue", "-r", "-c"} & set(argv)
-    assert CONFORMANCE[backend].tools_off(argv, dict(b.workdir_files()))
+    files = dict(b.workdir_files(LaunchOptions(model=CONFORMANCE[backend].model)))
+    assert CONFORMANCE[backend].tools_off(argv, files)
 
 
 SECRETS = {

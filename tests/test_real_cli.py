@@ -218,3 +218,39 @@ async def test_rate_limit(real: RealCLIs, model: str) -> None:
     assert info.value.status_code == 429
     # one upstream request: the CLI did not retry (CLAUDE_CODE_MAX_RETRIES=0 / maxAttempts 1)
     assert len(real.model_requests()) == 1
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_reasoning_effort_reaches_the_model_api(real: RealCLIs, model: str) -> None:
+    r = await real.client.chat.completions.create(
+        model=model, messages=user("hi" + fake(answer="ok")), reasoning_effort="low"
+    )
+    assert r.choices[0].message.content == "ok"
+    body, _ = real.only_request()
+    if model.startswith("claude"):
+        assert body["output_config"]["effort"] == "low"
+    else:
+        assert body["generationConfig"]["thinkingConfig"]["thinkingBudget"] == 1024
+
+
+async def test_claude_cache_breakpoint_on_the_last_turn(real: RealCLIs) -> None:
+    """Our cache_control on the last turn's block reaches the API (with the CLI's own: four
+    breakpoints, the API's maximum; a CLI that adds more would make the API refuse)."""
+    messages: list[ChatCompletionMessageParam] = [
+        {"role": "user", "content": "first"},
+        {"role": "assistant", "content": "answer"},
+        {"role": "user", "content": "second" + fake(answer="ok")},
+    ]
+    await real.client.chat.completions.create(model=CLAUDE, messages=messages)
+    body, _ = real.only_request()
+    marked = [
+        block
+        for part in (body["system"], *(m["content"] for m in body["messages"]))
+        for block in part
+        if isinstance(block, dict) and "cache_control" in block
+    ]
+    assert len(marked) <= 4
+    ours = body["messages"][-1]["content"]
+    assert ours[-2]["cache_control"] == {"type": "ephemeral"}
+    assert ours[-2]["text"].startswith('<turn n="3" role="user">second')
+    assert ours[-1]["text"].startswith("</conversation_history>")

@@ -30,6 +30,7 @@ class LaunchOptions:
 
     model: str
     stream_partial: bool = False
+    effort: str | None = None  # OpenAI reasoning level; None: the CLI's own default
 
 
 class StreamParser(Protocol):
@@ -89,7 +90,7 @@ class Backend(ABC):
         allow = (*COMMON_ENV, *self.env_allow, *self.pass_env)
         return scrub_env(base, self.drop_env, allow)
 
-    def workdir_files(self) -> tuple[tuple[str, bytes], ...]:
+    def workdir_files(self, launch: LaunchOptions) -> tuple[tuple[str, bytes], ...]:
         """Files (relative path, content) written into the CLI's fresh, empty work dir."""
         return ()
 

@@ -20,6 +20,17 @@ from .base import (
     load_json_line,
 )
 
+# OpenAI reasoning levels -> ``claude --effort`` (low, medium, high, xhigh, max). claude has no
+# level without thinking in --effort; "none" and "minimal" take its lowest.
+CLAUDE_EFFORT = {
+    "none": "low",
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+}
+
 SEALED_ENV = {
     "CLAUDE_CODE_DISABLE_ATTACHMENTS": "1",
     "CLAUDE_CODE_DISABLE_CLAUDE_MDS": "1",
@@ -91,6 +102,8 @@ class ClaudeBackend(Backend):
             # is the same for every call: the provider caches it.
             "--exclude-dynamic-system-prompt-sections",
         ]
+        if launch.effort is not None:
+            argv += ["--effort", CLAUDE_EFFORT[launch.effort]]
         if launch.stream_partial:
             argv.append("--include-partial-messages")
         return argv

@@ -80,9 +80,12 @@ class GeminiBackend(Backend):
         env["TZ"] = "UTC"  # the date in its session context follows the time zone
         return env
 
-    def workdir_files(self) -> tuple[tuple[str, bytes], ...]:
+    def workdir_files(self, launch: LaunchOptions) -> tuple[tuple[str, bytes], ...]:
+        settings = dict(WORKSPACE_SETTINGS)
+        if launch.effort is not None:
+            settings["modelConfigs"] = _thinking_override(launch.model, launch.effort)
         return (
-            (".gemini/settings.json", json.dumps(WORKSPACE_SETTINGS).encode()),
+            (".gemini/settings.json", json.dumps(settings).encode()),
             (".geminiignore", GEMINIIGNORE),
         )
 
@@ -162,6 +165,23 @@ class GeminiParser:
         if not self._text_seen:
             return [empty_answer("gemini")]
         return []
+
+
+# OpenAI reasoning levels -> Gemini 2.5 thinking budgets (tokens; flash allows 0..24576);
+# Gemini 3 models take a thinking level instead. No gemini flag exists: a workspace settings
+# override matched on the model does it (tests/data/real-cli/gemini-sealing.md, Q5).
+GEMINI_BUDGET = {"none": 0, "minimal": 512, "low": 1024, "medium": 8192, "high": 24576}
+GEMINI_LEVEL = {"none": "low", "minimal": "low", "low": "low", "medium": "high", "high": "high"}
+
+
+def _thinking_override(model: str, effort: str) -> dict[str, Any]:
+    effort = "high" if effort == "xhigh" else effort
+    if model.startswith("gemini-3"):
+        thinking: dict[str, Any] = {"thinkingLevel": GEMINI_LEVEL[effort]}
+    else:
+        thinking = {"thinkingBudget": GEMINI_BUDGET[effort]}
+    config = {"generateContentConfig": {"thinkingConfig": thinking}}
+    return {"customOverrides": [{"match": {"model": model}, "modelConfig": config}]}
 
 
 def _auth_type(path: Path) -> str | None:
