@@ -57,6 +57,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import hashlib
 import html
 import json
 import sys
@@ -227,6 +228,94 @@ class Plan:
 RecordedRequest = dict[str, Any]  # method, path, query, headers, body (parsed JSON or None)
 
 
+CACHE_MIN_CHARS = 4096  # Anthropic caches prefixes of at least 1024 tokens (Sonnet)
+CACHE_LOOKBACK = 20  # block boundaries checked before each breakpoint
+CHARS_PER_TOKEN = 4
+
+
+@dataclass
+class CacheUse:
+    total_chars: int
+    read_chars: int
+    write_chars: int
+
+    def usage(self) -> dict[str, int]:
+        """Anthropic usage fields; input_tokens counts what was neither read nor written."""
+        uncached = self.total_chars - self.read_chars - self.write_chars
+        return {
+            "input_tokens": uncached // CHARS_PER_TOKEN,
+            "cache_read_input_tokens": self.read_chars // CHARS_PER_TOKEN,
+            "cache_creation_input_tokens": self.write_chars // CHARS_PER_TOKEN,
+        }
+
+
+@dataclass
+class PromptCache:
+    """Anthropic prompt caching by its documented rules, counted in characters.
+
+    The request is a sequence of blocks (tools, then system blocks, then each message's
+    content blocks); a prefix is identified by its content up to a block boundary. A request
+    writes the prefix up to each ``cache_control`` breakpoint (if long enough); it reads the
+    longest previously written prefix that ends at one of its own block boundaries at most
+    ``CACHE_LOOKBACK`` blocks before one of its breakpoints. More than 4 breakpoints: 400.
+    """
+
+    written: set[str] = field(default_factory=set)
+
+    @staticmethod
+    def blocks(body: dict[str, Any]) -> list[tuple[str, int, bool]]:
+        """(canonical content, characters, has a breakpoint) per block, in cache order."""
+        out: list[tuple[str, int, bool]] = []
+
+        def add(role: str, block: Any) -> None:
+            if isinstance(block, str):
+                block = {"type": "text", "text": block}
+            if not isinstance(block, dict):
+                return
+            marked = "cache_control" in block
+            plain = {k: v for k, v in block.items() if k != "cache_control"}
+            text = plain.get("text") if isinstance(plain.get("text"), str) else json.dumps(plain)
+            out.append((json.dumps([role, plain], sort_keys=True), len(text), marked))
+
+        for tool in body.get("tools") or []:
+            add("tool", tool)
+        system = body.get("system")
+        for block in [system] if isinstance(system, str) else system or []:
+            add("system", block)
+        for msg in body.get("messages") or []:
+            content = msg.get("content")
+            for block in [content] if isinstance(content, str) else content or []:
+                add(str(msg.get("role")), block)
+        return out
+
+    def use(self, body: dict[str, Any]) -> CacheUse | str:
+        blocks = self.blocks(body)
+        keys: list[str] = []
+        cum: list[int] = []
+        digest, total = hashlib.sha256(), 0
+        for canon, chars, _ in blocks:
+            digest.update(canon.encode())
+            keys.append(digest.copy().hexdigest())
+            total += chars
+            cum.append(total)
+        points = [i for i, (_, _, marked) in enumerate(blocks) if marked]
+        if len(points) > 4:
+            return f"A maximum of 4 blocks with cache_control may be provided. Found {len(points)}."
+        read_upto = -1
+        for bp in points:
+            for j in range(bp, max(-1, bp - CACHE_LOOKBACK - 1), -1):
+                if keys[j] in self.written:
+                    read_upto = max(read_upto, j)
+                    break
+        read = cum[read_upto] if read_upto >= 0 else 0
+        last = max(points) if points else -1
+        write = max(0, cum[last] - read) if last >= 0 and cum[last] >= CACHE_MIN_CHARS else 0
+        for bp in points:
+            if cum[bp] >= CACHE_MIN_CHARS:
+                self.written.add(keys[bp])
+        return CacheUse(total, read, write)
+
+
 @dataclass
 class FakeModelAPI:
     """A running fake model API; see the module docstring."""
@@ -234,6 +323,8 @@ class FakeModelAPI:
     url: str = ""
     requests: list[RecordedRequest] = field(default_factory=list)
     log_unknown: bool = True
+    cache: PromptCache | None = None  # simulate Anthropic prompt caching (bench)
+    cache_uses: list[CacheUse] = field(default_factory=list)
     _runner: web.AppRunner | None = None
 
     async def close(self) -> None:
@@ -283,6 +374,13 @@ class FakeModelAPI:
             return self._anthropic_error(
                 plan.status, plan.directive.get("error_message"), plan.directive
             )
+        usage: dict[str, int] = {"input_tokens": plan.input_tokens}
+        if self.cache is not None:
+            use = self.cache.use(body)
+            if isinstance(use, str):
+                return self._anthropic_error(400, use, {})
+            self.cache_uses.append(use)
+            usage = use.usage()
         msg_id = f"msg_fake_{len(self.requests)}"
         stop_reason = str(plan.directive.get("stop_reason", "end_turn"))
         if not body.get("stream"):
@@ -295,10 +393,7 @@ class FakeModelAPI:
                     "content": [{"type": "text", "text": plan.answer}],
                     "stop_reason": stop_reason,
                     "stop_sequence": None,
-                    "usage": {
-                        "input_tokens": plan.input_tokens,
-                        "output_tokens": plan.output_tokens,
-                    },
+                    "usage": {**usage, "output_tokens": plan.output_tokens},
                 },
                 headers={"request-id": f"req_fake_{len(self.requests)}"},
             )
@@ -327,7 +422,7 @@ class FakeModelAPI:
                     "content": [],
                     "stop_reason": None,
                     "stop_sequence": None,
-                    "usage": {"input_tokens": plan.input_tokens, "output_tokens": 1},
+                    "usage": {**usage, "output_tokens": 1},
                 },
             },
         )
@@ -374,7 +469,7 @@ class FakeModelAPI:
             {
                 "type": "message_delta",
                 "delta": {"stop_reason": stop_reason, "stop_sequence": None},
-                "usage": {"output_tokens": plan.output_tokens},
+                "usage": {**usage, "output_tokens": plan.output_tokens},
             },
         )
         await event("message_stop", {"type": "message_stop"})
@@ -522,9 +617,12 @@ class FakeModelAPI:
         return app
 
 
-async def start_fake_model_api(host: str = "127.0.0.1", port: int = 0) -> FakeModelAPI:
-    """Start the fake model API on ``host:port`` (0: any free port) and return it."""
-    api = FakeModelAPI()
+async def start_fake_model_api(
+    host: str = "127.0.0.1", port: int = 0, cache: bool = False
+) -> FakeModelAPI:
+    """Start the fake model API on ``host:port`` (0: any free port) and return it; ``cache``
+    simulates Anthropic prompt caching (``PromptCache``)."""
+    api = FakeModelAPI(cache=PromptCache() if cache else None)
     runner = web.AppRunner(api.make_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)
