@@ -112,7 +112,7 @@ class Gateway:
         r = self._check(req)
         prompt = self._prompt(req)
         effort = req.reasoning_effort or self.settings.reasoning_effort
-        launch = LaunchOptions(model=r.cli_model, stream_partial=bool(req.stream), effort=effort)
+        launch = LaunchOptions(model=r.cli_model, effort=effort)
         target = self.source.target(req, r, launch)
         call = CallInput(
             prompt=prompt.text,

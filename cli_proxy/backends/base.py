@@ -26,10 +26,9 @@ from ..prompt import Prompt
 
 @dataclass(frozen=True, slots=True)
 class LaunchOptions:
-    """What of a request shapes the CLI's argv."""
+    """What of a request shapes the CLI's argv (not ``stream``: one process serves both)."""
 
     model: str
-    stream_partial: bool = False
     effort: str | None = None  # OpenAI reasoning level; None: the CLI's own default
 
 

@@ -104,8 +104,10 @@ class ClaudeBackend(Backend):
         ]
         if launch.effort is not None:
             argv += ["--effort", CLAUDE_EFFORT[launch.effort]]
-        if launch.stream_partial:
-            argv.append("--include-partial-messages")
+        # Always: token deltas for streaming; the parser skips the whole-message copy, so a
+        # non-streaming call reads the same output. The argv is then the same for both, and
+        # one pre-started process serves either.
+        argv.append("--include-partial-messages")
         return argv
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
