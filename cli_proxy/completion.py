@@ -17,6 +17,7 @@ from .containment import Launcher
 from .events import CliEvent, Failure, Truncated, UsageReport
 from .failures import CallError, CliFailed
 from .plan import Plan, new_call_id
+from .pool import WarmPool
 from .process import CliRun, RunStats, started
 from .protocol import (
     ChatCompletion,
@@ -63,11 +64,13 @@ class Completion:
         supervisor: Supervisor,
         launcher: Launcher,
         sink: LineSink | None = None,
+        pool: WarmPool | None = None,
     ) -> None:
         self.plan = plan
         self.supervisor = supervisor
         self.launcher = launcher
         self.sink = sink
+        self.pool = pool
         self.outcome = Outcome()
 
     def _next_call_id(self) -> str:
@@ -80,22 +83,27 @@ class Completion:
     @contextlib.asynccontextmanager
     async def run(self) -> AsyncIterator[AsyncIterator[AnswerEvent]]:
         run: CliRun | None = None
+        launch, stdin = self.plan.launch, self.plan.call.stdin
         try:
-            async with (
-                self.supervisor.admit() as slot,
-                started(
-                    self.plan.launch, self.launcher, self.supervisor.limits, slot.deadline
-                ) as run,
-            ):
-                self.outcome.stats = run.stats
-                slot.track(run)
-                if self.sink is not None:
-                    self.sink.spawned()
-                run.feed(self.plan.call.stdin)
-                yield self._events(run)
+            async with self.supervisor.admit() as slot:
+                spare = self.pool.take(launch) if self.pool is not None else None
+                limits = self.supervisor.limits
+                async with started(launch, self.launcher, limits, slot.deadline, spare) as run:
+                    self.outcome.stats = run.stats
+                    slot.track(run)
+                    if self.pool is not None:
+                        self.pool.want(launch)  # a spare for the next call like this one
+                    if self.sink is not None:
+                        self.sink.spawned()  # recorded times count from the prompt
+                    if spare is not None:  # it already has the prefix that kept it waiting
+                        stdin = stdin[len(launch.warm_prefix) :]
+                    run.feed(stdin)
+                    yield self._events(run)
         finally:
             if self.sink is not None and run is not None:
                 self.sink.done(self)
+            if self.pool is not None:
+                self.pool.refill()  # a slot is free again: spares may start now
 
     async def _events(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
         try:

@@ -86,6 +86,14 @@ class Settings(BaseSettings):
     """How each CLI is contained: ``bwrap`` (PID namespace, private /tmp, limited HOME),
     ``pdeathsig`` (no namespace), or ``auto`` (bwrap where it runs)."""
 
+    warm_pool: bool = True
+    """Pre-start one CLI process per recently used launch spec (docs/architecture.md)."""
+    warm_max_per_key: int = Field(default=1, ge=0)
+    warm_max_total: int = Field(default=4, ge=0)
+    warm_max_age_s: float = Field(default=900.0, gt=0)
+    warm_models: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """Models whose spare starts with the gateway (others: after their first call)."""
+
     reasoning_effort: ReasoningEffort | None = None
     """The reasoning level when a request names none (None: each CLI's own default)."""
 
@@ -115,6 +123,7 @@ class Settings(BaseSettings):
         "api_keys",
         "drop_env",
         "pass_env",
+        "warm_models",
         "allowed_hosts",
         "cors_origins",
         mode="before",

@@ -19,6 +19,7 @@ from .config import Settings
 from .containment import Launcher, make_launcher
 from .errors import APIError
 from .plan import CallInput, LaunchSpec, Plan, ResponseIds
+from .pool import PoolSettings, WarmPool
 from .process import Limits
 from .prompt import Prompt, PromptOptions, render, tools_active
 from .protocol import ChatCompletionRequest, NamedToolChoice
@@ -79,6 +80,7 @@ class LiveBackends:
             backend.env(os.environ),
             backend.workdir_files(launch),
             backend.private_home(os.environ.get("HOME") or os.path.expanduser("~")),
+            warm_prefix=backend.warm_prefix,
         )
         return Target(spec, backend.encode_prompt, backend.new_parser)
 
@@ -94,6 +96,7 @@ class Gateway:
     sink_for: Callable[[Plan], LineSink | None] | None = None
     supervisor: Supervisor = field(init=False)
     launcher: Launcher = field(init=False)
+    pool: WarmPool | None = field(init=False)
     prompt_options: PromptOptions = field(init=False)
 
     def __post_init__(self) -> None:
@@ -106,6 +109,36 @@ class Gateway:
         home_paths = {n: backend_class(n).home_paths for n in names()}
         self.launcher = make_launcher(s.launcher, home_paths, s.work_root)
         self.prompt_options = PromptOptions(s.function_list_threshold, s.sanitize_system)
+        pooled = s.warm_pool and s.warm_max_total > 0 and s.warm_max_per_key > 0
+        self.pool = (
+            WarmPool(
+                self.launcher,
+                self.supervisor,
+                PoolSettings(True, s.warm_max_per_key, s.warm_max_total, s.warm_max_age_s),
+            )
+            if pooled
+            else None
+        )
+
+    def prewarm(self) -> list[str]:
+        """Start spares for the configured models; returns the ones that could be planned."""
+        warmed = []
+        for model in self.settings.warm_models:
+            body = {"model": model, "messages": [{"role": "user", "content": "warm"}]}
+            try:
+                plan = self.plan(ChatCompletionRequest.model_validate(body))
+            except APIError:
+                continue
+            if self.pool is not None:
+                self.pool.want(plan.launch)
+                warmed.append(model)
+        return warmed
+
+    async def close(self) -> None:
+        """Shutdown: spares first (nothing new starts), then every running tree."""
+        if self.pool is not None:
+            await self.pool.close()
+        await self.supervisor.shutdown()
 
     def plan(self, req: ChatCompletionRequest) -> Plan:
         """Everything decided before a process exists; APIError for a request that cannot run."""
@@ -125,7 +158,7 @@ class Gateway:
 
     def completion(self, plan: Plan) -> Completion:
         sink = self.sink_for(plan) if self.sink_for is not None else None
-        return Completion(plan, self.supervisor, self.launcher, sink)
+        return Completion(plan, self.supervisor, self.launcher, sink, self.pool)
 
     def _check(self, req: ChatCompletionRequest) -> Route:
         """Semantic checks pydantic cannot express; returns the route."""

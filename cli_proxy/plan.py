@@ -48,6 +48,7 @@ class LaunchSpec:
     workdir_files: tuple[tuple[str, bytes], ...] = ()
     home: PrivateHome | None = None  # None: the CLI uses the real HOME (its state paths only)
     read_paths: tuple[str, ...] = ()  # host files the process must read (a sandbox shows them)
+    warm_prefix: bytes = b""  # written at spawn; every call's stdin starts with it
 
     @classmethod
     def make(
@@ -58,9 +59,10 @@ class LaunchSpec:
         workdir_files: tuple[tuple[str, bytes], ...] = (),
         home: PrivateHome | None = None,
         read_paths: tuple[str, ...] = (),
+        warm_prefix: bytes = b"",
     ) -> LaunchSpec:
         env_pairs = tuple(sorted(env.items()))
-        return cls(backend, tuple(argv), env_pairs, workdir_files, home, read_paths)
+        return cls(backend, tuple(argv), env_pairs, workdir_files, home, read_paths, warm_prefix)
 
     @property
     def environ(self) -> dict[str, str]:

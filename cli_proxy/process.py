@@ -15,12 +15,16 @@ import signal
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 import psutil
 
 from .containment import Launcher, reaped, spawn
 from .failures import CliFailed, CliTimeout, FailureKind, ShuttingDown
 from .plan import LaunchSpec
+
+if TYPE_CHECKING:
+    from .pool import Spare
 
 _STDERR_KEEP = 64 * 1024
 _POLL_S = 0.05
@@ -43,16 +47,23 @@ class RunStats:
     exit_code: int | None = None
     killed: str | None = None
     stderr: str = ""
+    warm: bool = False  # served by a pre-started process
 
 
 class CliRun:
     """One running CLI process: stdout lines as they arrive, then the exit code."""
 
-    def __init__(self, proc: asyncio.subprocess.Process, deadline: float, limits: Limits) -> None:
+    def __init__(
+        self,
+        proc: asyncio.subprocess.Process,
+        deadline: float,
+        limits: Limits,
+        warm: bool = False,
+    ) -> None:
         self.proc = proc
         self.deadline = deadline
         self.limits = limits
-        self.stats = RunStats(pid=proc.pid)
+        self.stats = RunStats(pid=proc.pid, warm=warm)
         self._stderr = bytearray()
         self._started = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
@@ -268,12 +279,22 @@ def _signal_all(pgid: int, procs: Sequence[psutil.Process], sig: int) -> None:
 
 @contextlib.asynccontextmanager
 async def started(
-    spec: LaunchSpec, launcher: Launcher, limits: Limits, deadline: float
+    spec: LaunchSpec,
+    launcher: Launcher,
+    limits: Limits,
+    deadline: float,
+    spare: Spare | None = None,
 ) -> AsyncIterator[CliRun]:
-    """Start the CLI of ``spec`` contained, with a fresh private work dir; on exit the tree is
-    killed (if still running) and reaped, then the work dir is removed, whatever happened."""
-    proc, prepared = await spawn(spec, launcher)
-    run = CliRun(proc, deadline, limits)
+    """The CLI of ``spec``, contained, with a fresh private work dir: the pre-started
+    ``spare`` if given, else a new process. On exit the tree is killed (if still running) and
+    reaped, then the work dir is removed, whatever happened."""
+    if spare is None:
+        proc, prepared = await spawn(spec, launcher)
+        run = CliRun(proc, deadline, limits)
+    else:
+        proc, prepared = spare.proc, spare.prepared
+        run = CliRun(proc, deadline, limits, warm=True)
+        run._stderr += await spare.handed_over()
     try:
         yield run
     finally:

@@ -33,6 +33,7 @@ from .sse import DONE, ChunkBuilder, SSEWriter, error_event
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
+DELIVERED: web.RequestKey[bool] = web.RequestKey("delivered", bool)  # the last byte was sent
 STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -122,6 +123,7 @@ async def health(request: web.Request) -> web.Response:
             "running": gw.supervisor.running,
             "waiting": gw.supervisor.waiting,
             "max_concurrency": gw.supervisor.max_concurrency,
+            "warm": gw.pool.status() if gw.pool is not None else {"enabled": False},
         }
     )
 
@@ -195,7 +197,9 @@ async def run_logged(
         status = (exc if isinstance(exc, APIError) else api_error(exc)).status
         raise
     except asyncio.CancelledError:
-        status = 499  # the client went away; the CLI was killed
+        # the client went away: before the end of the answer that is 499 (the CLI was
+        # killed); after it (a client closing once it read [DONE]) the call was complete
+        status = 200 if request.get(DELIVERED, False) else 499
         raise
     finally:
         request[LOGGED] = True
@@ -273,6 +277,7 @@ async def _serve_sse(
         finally:
             out.stop()
         await resp.write_eof()
+        request[DELIVERED] = True
         return resp
 
 
@@ -329,6 +334,7 @@ def _log_done(
         duration_ms=round(duration * 1000, 1),
         exit_code=stats.exit_code if stats else None,
         killed=stats.killed if stats else None,
+        warm=stats.warm if stats else None,
         prompt_tokens=usage.prompt_tokens,
         completion_tokens=usage.completion_tokens,
     )
@@ -357,8 +363,20 @@ def create_app(gateway: Gateway) -> web.Application:
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model:.+}}", get_model)
 
-    async def on_shutdown(app: web.Application) -> None:
-        await app[GATEWAY].supervisor.shutdown()
+    async def on_startup(app: web.Application) -> None:
+        gw = app[GATEWAY]
+        warmed = gw.prewarm()
+        log.info(
+            "warm_pool",
+            enabled=gw.pool is not None,
+            max_total=s.warm_max_total if gw.pool is not None else 0,
+            started_for=warmed,
+            note="a spare starts after the first call of each model" if gw.pool else None,
+        )
 
+    async def on_shutdown(app: web.Application) -> None:
+        await app[GATEWAY].close()
+
+    app.on_startup.append(on_startup)
     app.on_shutdown.append(on_shutdown)
     return app

@@ -37,6 +37,7 @@ def fake_settings(**overrides: Any) -> Settings:
         "kill_grace_s": 1,
         "max_concurrency": 8,
         "max_queue": 32,
+        "warm_pool": False,  # tests/test_pool.py turns it on; elsewhere pids stay predictable
     }
     values.update(overrides)
     return Settings(**values)

@@ -254,3 +254,32 @@ async def test_claude_cache_breakpoint_on_the_last_turn(real: RealCLIs) -> None:
     assert ours[-2]["cache_control"] == {"type": "ephemeral"}
     assert ours[-2]["text"].startswith('<turn n="3" role="user">second')
     assert ours[-1]["text"].startswith("</conversation_history>")
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_warm_call_answers(real: RealCLIs, model: str) -> None:
+    """A pre-started real CLI (claude waiting on stream-json input; gemini kept waiting by one
+    leading newline) answers its call like a cold one."""
+    import asyncio
+
+    pool = real.served.gateway.pool
+    assert pool is not None
+    cold = await real.client.chat.completions.create(
+        model=model, messages=user("PROMPT_ONE_5b1" + fake(answer="cold answer"))
+    )
+    assert cold.choices[0].message.content == "cold answer"
+    backend = model.split("-")[0]
+    for _ in range(200):  # the spare needs the CLI's start-up time
+        if pool.status()["ready"].get(backend):  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.05)
+    await asyncio.sleep(3 if backend == "gemini" else 0.5)  # idle a while: it must keep waiting
+    warm = await real.client.chat.completions.create(
+        model=model, messages=user("PROMPT_TWO_9c4" + fake(answer="warm answer"))
+    )
+    assert warm.choices[0].message.content == "warm answer"
+    assert pool.status()["served_warm"] == 1
+    bodies = [r["body"] for r in real.model_requests()]
+    assert len(bodies) == 2
+    last = json.dumps(bodies[-1])
+    assert "PROMPT_TWO_9c4" in last and "PROMPT_ONE_5b1" not in last  # saw no other prompt

@@ -119,7 +119,8 @@ async def test_kill9_with_three_calls_in_flight_leaves_nothing(launcher: str) ->
             if launcher == "bwrap":
                 assert not any((scratch / "work").glob("*/*")), "bwrap keeps work dirs in memory"
             else:
-                assert len(list((scratch / "work").glob("*/call-*"))) == 3
+                # the three calls' work dirs, and a warm spare's if one has started
+                assert len(list((scratch / "work").glob("*/call-*"))) in (3, 4)
             os.kill(proc.pid, signal.SIGKILL)
             await proc.wait()
             if launcher == "pdeathsig":

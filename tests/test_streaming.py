@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import time
 from typing import Any
@@ -289,3 +290,34 @@ async def test_output_cut_at_byte_boundaries_gives_the_same_answer(served: Serve
             results.append([(c.function.name, c.function.arguments) for c in calls])  # type: ignore[union-attr]
     assert all(r == results[0] for r in results)
     assert json.loads(results[0][0][1]) == {"city": "Zürich 東京 😀"}
+
+
+async def test_a_completed_stream_is_logged_as_200_when_the_client_leaves_at_once(
+    served: Served,
+) -> None:
+    """The client has [DONE] and closes while the handler still reaps the CLI (here: a child
+    it left behind). That call was complete: status 200, not 499 (issue seen with openai-node
+    runTools)."""
+    import structlog
+
+    with structlog.testing.capture_logs() as logs:
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                served.server.make_url("/v1/chat/completions"),
+                json={
+                    "model": "claude-sonnet-4-6",
+                    "stream": True,
+                    "messages": [{"role": "user", "content": fake(answer="hi", child=3)}],
+                },
+            ) as resp,
+        ):
+            async for line in resp.content:
+                if line.startswith(b"data: [DONE]"):
+                    break
+        deadline = asyncio.get_running_loop().time() + 10
+        while not any(e["event"] == "chat_completion" for e in logs):
+            assert asyncio.get_running_loop().time() < deadline
+            await asyncio.sleep(0.05)
+    [done] = [e for e in logs if e["event"] == "chat_completion"]
+    assert done["status"] == 200 and done["finish_reason"] == "stop"

@@ -61,6 +61,9 @@ class Backend(ABC):
     home_paths: ClassVar[tuple[str, ...]] = ()
     """Paths below HOME holding the CLI's login and state; in the sandbox the rest of HOME
     is hidden. The login is used in place: never copied or moved."""
+    warm_prefix: ClassVar[bytes] = b""
+    """Bytes a pre-started process gets at spawn to keep waiting for its prompt (gemini gives
+    up when nothing arrives soon); ``encode_prompt`` output always starts with them."""
     env_allow: ClassVar[tuple[str, ...]] = ()
     """Variables (a trailing ``*`` matches a prefix) the CLI needs beyond ``COMMON_ENV``: its
     auth, base-URL and behaviour variables. Nothing else of the gateway's environment

@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from ..events import CliEvent, TextDelta, UsageReport
 from ..plan import PrivateHome
+from ..prompt import Prompt
 from .base import (
     Backend,
     BackendOptions,
@@ -53,6 +54,10 @@ class GeminiBackend(Backend):
     options_model = GeminiOptions
     model_prefixes = ("gemini-",)
     home_paths = (".gemini",)
+    # gemini exits 42 ("No input provided via stdin") when nothing arrives soon after start;
+    # a newline keeps it waiting. Every call's stdin starts with it, warm or cold, so both send
+    # the same prompt upstream.
+    warm_prefix = b"\n"
     known_models = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite")
     env_allow = ("GEMINI_*", "GOOGLE_*", "CLOUDSDK_*")
     nesting_vars: ClassVar[frozenset[str]] = frozenset(
@@ -88,6 +93,9 @@ class GeminiBackend(Backend):
             (".gemini/settings.json", json.dumps(settings).encode()),
             (".geminiignore", GEMINIIGNORE),
         )
+
+    def encode_prompt(self, prompt: Prompt) -> bytes:
+        return self.warm_prefix + prompt.text.encode("utf-8")
 
     def private_home(self, user_home: str) -> PrivateHome:
         """GEMINI_CLI_HOME relocates all of ~/.gemini (memory, settings, hooks, chats,
