@@ -74,6 +74,9 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(default=120.0, gt=0)
     kill_grace_s: float = Field(default=3.0, ge=0)
     keepalive_s: float = Field(default=15.0, ge=0)
+    stream_head_hold_s: float = Field(default=10.0, ge=0)
+    """A stream's HTTP head waits this long for the first answer event, so that a failure
+    before any answer gets its real status (SDKs retry 429/5xx only then)."""
 
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_messages: int = Field(default=5000, ge=1)

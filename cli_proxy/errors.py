@@ -77,15 +77,20 @@ _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
 }
 
 
+DEFAULT_RETRY_AFTER_S = 5.0  # a 429 always says when to retry; this when the CLI did not
+
+
 def _retry_after(seconds: float | None) -> dict[str, str]:
-    return {"Retry-After": str(max(1, math.ceil(seconds)))} if seconds is not None else {}
+    seconds = DEFAULT_RETRY_AFTER_S if seconds is None else seconds
+    return {"Retry-After": str(max(1, math.ceil(seconds)))}
 
 
 def api_error(exc: CallError) -> APIError:
     """The one place where a domain failure becomes an HTTP status and error body."""
     if isinstance(exc, CliFailed):
         status, code = _KIND_STATUS[exc.kind]
-        return APIError(status, exc.message, code=code, headers=_retry_after(exc.retry_after_s))
+        headers = _retry_after(exc.retry_after_s) if status == 429 else {}
+        return APIError(status, exc.message, code=code, headers=headers)
     if isinstance(exc, SlotsBusy):
         return APIError(
             429,

@@ -247,35 +247,57 @@ async def _serve_sse(
     fail: Callable[[APIError], Iterable[bytes]] = lambda err: [error_event(err)],
 ) -> web.StreamResponse:
     """The one SSE delivery loop: head, one encoding per answer event, tail (or the error
-    events), keep-alives in between, then close. Used by chat completions and responses."""
+    events), keep-alives in between, then close. Used by chat completions and responses.
+
+    The response head waits for the first answer event (up to ``stream_head_hold_s``), so a
+    failure before any answer (a CLI-reported 429, 401, 5xx) gets its real HTTP status and
+    headers, as without streaming, and SDKs can retry it; after that it is an SSE error."""
+    settings = request.app[GATEWAY].settings
     async with completion.run() as answer:
-        # Errors before this point (queue full, missing binary) get a real HTTP status.
-        resp = web.StreamResponse(
-            headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
-                "Cache-Control": "no-cache",
-                "X-Accel-Buffering": "no",
-            }
-        )
-        resp.force_close()  # some SDK versions keep reading after the end unless we close
-        await resp.prepare(request)
-        out = SSEWriter(resp, request.app[GATEWAY].settings.keepalive_s)
-        for data in head():
-            await out.write(data)
-        out.start()
+        events = aiter(answer)
+        first: asyncio.Task[AnswerEvent] = asyncio.ensure_future(anext(events))
         try:
+            await asyncio.wait({first}, timeout=settings.stream_head_hold_s)
+            if first.done() and first.exception() is not None:
+                exc = first.exception()
+                if isinstance(exc, CallError):
+                    raise exc  # nothing sent yet: a real status (middleware)
+            resp = web.StreamResponse(
+                headers={
+                    "Content-Type": "text/event-stream; charset=utf-8",
+                    "Cache-Control": "no-cache",
+                    "X-Accel-Buffering": "no",
+                }
+            )
+            resp.force_close()  # some SDK versions keep reading after the end unless we close
+            await resp.prepare(request)
+            out = SSEWriter(resp, settings.keepalive_s)
+            for data in head():
+                await out.write(data)
+            out.start()
             try:
-                async for ev in answer:
-                    for data in encode(ev):
+                try:
+                    try:
+                        ev = await first
+                    except StopAsyncIteration:
+                        pass
+                    else:
+                        for data in encode(ev):
+                            await out.write(data)
+                        async for ev in events:
+                            for data in encode(ev):
+                                await out.write(data)
+                except CallError as exc:
+                    for data in fail(api_error(exc)):
                         await out.write(data)
-            except CallError as exc:
-                for data in fail(api_error(exc)):
-                    await out.write(data)
-            else:
-                for data in tail():
-                    await out.write(data)
+                else:
+                    for data in tail():
+                        await out.write(data)
+            finally:
+                out.stop()
         finally:
-            out.stop()
+            if not first.done():
+                first.cancel()
         await resp.write_eof()
         request[DELIVERED] = True
         return resp

@@ -188,17 +188,57 @@ async def test_stream_include_usage(served: Served) -> None:
     assert len({c.id for c in chunks}) == 1 and len({c.created for c in chunks}) == 1
 
 
-async def test_stream_failure_mid_stream_raises(served: Served) -> None:
+@pytest.mark.parametrize("model", ["claude-sonnet-4-6", "gemini-2.5-flash"])
+async def test_stream_failure_before_any_answer_has_its_real_status(
+    served: Served, model: str
+) -> None:
+    """No answer byte yet: the stream's head was held, so the 429 is a real 429 (with
+    Retry-After) that SDKs retry, exactly as without streaming."""
+    with pytest.raises(openai.RateLimitError) as info:
+        await served.client.chat.completions.create(
+            model=model,
+            messages=user(
+                fake(
+                    is_error=True,
+                    api_error_status=429,
+                    error_message="API Error: 429 rate limited, retry after 7 seconds",
+                )
+            ),
+            stream=True,
+        )
+    assert info.value.status_code == 429
+    assert info.value.response.headers["Retry-After"] == "7"
+
+
+async def test_every_429_says_when_to_retry(served: Served) -> None:
+    with pytest.raises(openai.RateLimitError) as info:
+        await served.client.chat.completions.create(
+            model="claude-sonnet-4-6",
+            messages=user(fake(is_error=True, api_error_status=429, error_message="slow down")),
+        )
+    assert int(info.value.response.headers["Retry-After"]) >= 1
+
+
+async def test_stream_failure_after_content_is_an_sse_error(served: Served) -> None:
     stream = await served.client.chat.completions.create(
         model="claude-sonnet-4-6",
         messages=user(
-            fake(is_error=True, api_error_status=429, error_message="API Error: 429 rate limited")
+            fake(
+                answer="partial words",
+                chunks=3,
+                no_result=True,
+                exit=1,
+                print_before_exit=True,
+                stderr="API Error: 500",
+            )
         ),
         stream=True,
     )
-    with pytest.raises(openai.APIError, match="429"):
-        async for _ in stream:
-            pass
+    text = ""
+    with pytest.raises(openai.APIError, match="500"):
+        async for chunk in stream:
+            text += chunk.choices[0].delta.content or "" if chunk.choices else ""
+    assert text == "partial words"
 
 
 @pytest.mark.parametrize(

@@ -127,8 +127,22 @@ async def test_idle_timeout_is_504_and_kills_grandchild(serve: ServeFactory) -> 
     assert with_marker(mark) == []
 
 
-async def test_timeout_mid_stream_is_error_event(serve: ServeFactory) -> None:
+async def test_timeout_before_any_answer_is_a_real_504_when_streaming(
+    serve: ServeFactory,
+) -> None:
     s = await serve(idle_timeout_s=0.5)
+    with pytest.raises(openai.APIStatusError, match="printed nothing") as info:
+        await s.client.chat.completions.create(
+            model=MODEL,
+            messages=user(fake(hang=20)),  # type: ignore[arg-type]
+            stream=True,
+        )
+    assert info.value.status_code == 504
+    assert fake_clis() == []
+
+
+async def test_timeout_mid_stream_is_error_event(serve: ServeFactory) -> None:
+    s = await serve(idle_timeout_s=0.5, stream_head_hold_s=0)  # the head goes out at once
     stream = await s.client.chat.completions.create(
         model=MODEL,
         messages=user(fake(hang=20)),  # type: ignore[arg-type]

@@ -115,7 +115,18 @@ async def test_stream_function_call_with_sdk_helper(strict: openai.AsyncOpenAI) 
     assert final.output_text == "Checking."
 
 
-async def test_stream_failure_sends_failed_then_error(served: Served, strict: Any) -> None:
+async def test_stream_failure_before_any_answer_is_a_real_429(served: Served) -> None:
+    bad = fake(is_error=True, api_error_status=429, error_message="API Error: 429 slow down")
+    with pytest.raises(openai.RateLimitError, match="slow down") as info:
+        await served.client.responses.create(model="claude-sonnet-4-6", input=bad, stream=True)
+    assert info.value.response.headers["Retry-After"]
+
+
+async def test_stream_failure_sends_failed_then_error(serve: ServeFactory) -> None:
+    served = await serve(stream_head_hold_s=0)  # the head goes out before the failure
+    strict = openai.AsyncOpenAI(
+        base_url=served.base_url, api_key="x", max_retries=0, _strict_response_validation=True
+    )
     bad = fake(is_error=True, api_error_status=429, error_message="API Error: 429 slow down")
     body = {"model": "claude-sonnet-4-6", "input": bad}
     events = await raw_events(f"{served.base_url}/responses", body)
@@ -140,6 +151,7 @@ async def test_stream_failure_sends_failed_then_error(served: Served, strict: An
         async for event in stream:
             seen.append(event.type)
     assert seen == ["response.created", "response.in_progress", "response.failed"]
+    await strict.close()
 
 
 async def test_failure_after_text_marks_the_item_incomplete(served: Served) -> None:

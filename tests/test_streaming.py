@@ -164,7 +164,8 @@ async def test_tool_call_identity_streams_before_arguments_finish(served: Served
     assert events[-1][0] - start > 0.5
 
 
-async def test_mid_stream_error_event_then_close(served: Served) -> None:
+async def test_mid_stream_error_event_then_close(serve: Any) -> None:
+    served = await serve(stream_head_hold_s=0)  # the head is out before the failure
     _, events = await sse(
         served,
         {
@@ -246,7 +247,7 @@ def test_any_split_of_cli_output_accumulates_identically(answer: str, cuts: list
 
 
 async def test_keepalive_comments_during_silence(serve: Any) -> None:
-    served = await serve(keepalive_s=0.2)
+    served = await serve(keepalive_s=0.2, stream_head_hold_s=0.1)
     body = {
         "model": "claude-sonnet-4-6",
         "messages": [{"role": "user", "content": fake(answer="late", hang=1.0)}],

@@ -210,6 +210,24 @@ _TOO_LONG = re.compile(
 )
 _TIMEOUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.I)
 _EMPTY = re.compile(r"empty response|without an answer", re.I)
+_RETRY_AFTER = re.compile(
+    r"(?:retry[- ]?after|try again in|retry in|reset(?:s)? in)\D{0,12}?(\d+(?:\.\d+)?)\s*"
+    r"(ms|milliseconds?|s|sec(?:ond)?s?|m|min(?:ute)?s?)?\b",
+    re.I,
+)
+
+
+def retry_after_s(message: str) -> float | None:
+    """A wait the CLI's message names ("retry after 30s", "try again in 2 minutes")."""
+    m = _RETRY_AFTER.search(message)
+    if m is None:
+        return None
+    value, unit = float(m.group(1)), (m.group(2) or "s").lower()
+    if unit.startswith("ms") or unit.startswith("milli"):
+        return value / 1000
+    if unit.startswith("m"):
+        return value * 60
+    return value
 
 
 def classify_failure(message: str) -> Failure:
@@ -229,7 +247,8 @@ def classify_failure(message: str) -> Failure:
         kind = FailureKind.EMPTY_ANSWER
     else:
         kind = FailureKind.CLI_ERROR
-    return Failure(kind, message)
+    wait = retry_after_s(message) if kind is FailureKind.RATE_LIMITED else None
+    return Failure(kind, message, wait)
 
 
 def kind_for_status(upstream: int, classified: FailureKind) -> FailureKind:
@@ -249,7 +268,8 @@ def exit_failure(exit_code: int, stderr: str, what: str) -> Failure:
     """Failure for a CLI that exited non-zero without saying why on stdout."""
     tail = _last_lines(stderr)
     message = f"{what} exited with code {exit_code}" + (f": {tail}" if tail else "")
-    return Failure(classify_failure(tail).kind, message)
+    failure = classify_failure(tail)
+    return Failure(failure.kind, message, failure.retry_after_s)
 
 
 def empty_answer(what: str) -> Failure:

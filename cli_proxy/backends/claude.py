@@ -114,9 +114,11 @@ class ClaudeBackend(Backend):
         env = super().env(base)
         env.setdefault("DISABLE_AUTOUPDATER", "1")
         env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
-        # the CLI's default is 10 retries over ~3 minutes of silence; the OpenAI SDKs
-        # retry 429/5xx themselves, honouring Retry-After
-        env.setdefault("CLAUDE_CODE_MAX_RETRIES", "2")
+        # One retry layer: the client's. The CLI's default is 10 retries over ~3 minutes of
+        # silence, and each SDK attempt would start them again (one create() with default
+        # SDK retries sent 9 upstream requests); the gateway answers 429/5xx with their real
+        # status and Retry-After, and the SDK retries at most twice: 3 upstream attempts.
+        env.setdefault("CLAUDE_CODE_MAX_RETRIES", "0")
         # The sealed box (tests/data/real-cli/claude-sealing.md): no @path reads, even in the
         # last input block, where stream-json input still expands them; no CLAUDE.md of any
         # kind; no auto memory (13 kB of system prompt naming HOME, and a memory dir per call).
@@ -233,7 +235,8 @@ class ClaudeParser:
             failure = classify_failure(message)
             status = obj.get("api_error_status")
             if isinstance(status, int) and 400 <= status < 600:
-                failure = Failure(kind_for_status(status, failure.kind), message)
+                kind = kind_for_status(status, failure.kind)
+                failure = Failure(kind, message, failure.retry_after_s)
             events.append(failure)
         elif not self._text_seen and isinstance(result_text, str) and result_text:
             self._text_seen = True
