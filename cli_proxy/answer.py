@@ -192,6 +192,8 @@ class AnswerParser:
         self._lead = ""  # LEAD: significant text seen so far (a possible fence opener)
         self._held = ""  # PROSE: text held back as a possible answer-object head
         self._ncalls = 0
+        self.cut_off = False  # the answer object ended unclosed after it produced events
+        self.cut_call: int | None = None  # the call open at the cut (its arguments unfinished)
         self._reset_json("")
 
     # -- public ---------------------------------------------------------------------------
@@ -225,6 +227,11 @@ class AnswerParser:
             self._say(self._jprefix + "".join(self._jraw))
         else:
             self._flush_args()
+            if self._mode == _M_JSON:  # not closed: the model's answer was cut off
+                self.cut_off = True
+                open_call = next((f.call for f in self._stack if f.role == _V_CALL), None)
+                if open_call is not None:
+                    self.cut_call = open_call.index
             self._close_cut_call()
         self._mode = _M_FINISHED
         self._flush_text()

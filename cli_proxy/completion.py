@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from .answer import AnswerEvent, AnswerParser, ContentDelta, ToolCallArgs, ToolCallStart
 from .containment import Launcher
 from .events import CliEvent, Failure, Truncated, UsageReport
-from .failures import CallError, CliFailed
+from .failures import CallError, CliFailed, FailureKind
 from .plan import Plan, new_call_id
 from .pool import WarmPool
 from .process import CliRun, RunStats, started
@@ -49,6 +49,51 @@ class Outcome:
     finish_reason: str = "stop"  # "error" when the call failed after it started
     stats: RunStats | None = None
     call_ids: list[str] = field(default_factory=list)  # tool-call ids handed out, in order
+    incomplete_calls: set[int] = field(default_factory=set)  # cut off: not in a JSON answer
+
+
+class CallRules:
+    """What the request allows of the model's tool calls, applied to the answer events.
+
+    A call reaches the client only if its function is in ``tools`` (a call to any other
+    function is dropped; an answer left with nothing is a ``CliFailed`` invalid answer, which
+    SDKs retry) and, with ``parallel_tool_calls: false``, only the first call. Indexes stay
+    contiguous. A cut-off answer (the model's JSON ended unclosed) ends with finish reason
+    ``length``: the parser's closing-off of the open call is not sent, and the non-streaming
+    answer leaves that call out (``incomplete``).
+    """
+
+    def __init__(self, tools: set[str], parallel: bool) -> None:
+        self.tools = tools
+        self.parallel = parallel
+        self.index: dict[int, int] = {}  # parser index -> client index, for accepted calls
+        self.dropped: list[str] = []
+        self.content = False
+        self.incomplete: set[int] = set()  # client indexes of calls cut off
+
+    def apply(self, events: list[AnswerEvent]) -> list[AnswerEvent]:
+        out: list[AnswerEvent] = []
+        for ev in events:
+            if isinstance(ev, ToolCallStart):
+                if ev.name not in self.tools or (not self.parallel and self.index):
+                    self.dropped.append(ev.name)
+                    continue
+                self.index[ev.index] = len(self.index)
+                out.append(ToolCallStart(self.index[ev.index], ev.id, ev.name))
+            elif isinstance(ev, ToolCallArgs):
+                if ev.index in self.index:
+                    out.append(ToolCallArgs(self.index[ev.index], ev.fragment))
+            else:
+                self.content = self.content or bool(ev.text)
+                out.append(ev)
+        return out
+
+    def finish(self, parser: AnswerParser, events: list[AnswerEvent]) -> list[AnswerEvent]:
+        if parser.cut_off:
+            if parser.cut_call is not None and parser.cut_call in self.index:
+                self.incomplete.add(self.index[parser.cut_call])
+            events = [ev for ev in events if not isinstance(ev, ToolCallArgs)]
+        return self.apply(events)
 
 
 class Completion:
@@ -117,6 +162,11 @@ class Completion:
         call = self.plan.call
         parser = call.parser()
         answer = AnswerParser(self._next_call_id) if call.tools_active else None
+        req = self.plan.request
+        rules = CallRules(
+            {t.function.name for t in req.tools or []}, req.parallel_tool_calls is not False
+        )
+        self.rules = rules
         failure: Failure | None = None
         truncated = False
 
@@ -136,7 +186,9 @@ class Completion:
                         prompt_tokens_details=PromptTokensDetails(cached_tokens=ev.cached_tokens),
                     )
                 elif failure is None:
-                    out.extend(answer.feed(ev.text) if answer else [ContentDelta(ev.text)])
+                    out.extend(
+                        rules.apply(answer.feed(ev.text)) if answer else [ContentDelta(ev.text)]
+                    )
             return out
 
         # After a failure the CLI is left to exit by itself (it is about to), so its
@@ -152,9 +204,19 @@ class Completion:
         if failure is not None:
             raise CliFailed(failure.kind, failure.message, failure.retry_after_s)
         if answer is not None:
-            for out in answer.finish():
+            for out in rules.finish(answer, answer.finish()):
                 yield out
-            self.outcome.finish_reason = answer.finish_reason
+            if rules.dropped and not rules.index and not rules.content:
+                names = ", ".join(sorted(set(rules.dropped)))
+                raise CliFailed(
+                    FailureKind.INVALID_ANSWER,
+                    f"the model called {names}, which the request does not allow "
+                    "(not in tools, or a second call with parallel_tool_calls false)",
+                )
+            self.outcome.finish_reason = "tool_calls" if rules.index else "stop"
+            if answer.cut_off:
+                self.outcome.finish_reason = "length"
+            self.outcome.incomplete_calls = rules.incomplete
         if truncated:
             self.outcome.finish_reason = "length"
 
@@ -176,6 +238,7 @@ async def collect(completion: Completion) -> ChatCompletion:
             elif isinstance(ev, ToolCallArgs):
                 calls[ev.index].function.arguments += ev.fragment
     text = "".join(content)
+    calls = [c for i, c in enumerate(calls) if i not in completion.outcome.incomplete_calls]
     message = ResponseMessage(content=text or None, tool_calls=calls or None)
     if not calls and not text:
         message.content = ""

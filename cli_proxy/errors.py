@@ -73,6 +73,7 @@ _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
     FailureKind.TIMEOUT: (504, "cli_timeout"),
     FailureKind.EMPTY_ANSWER: (502, "empty_answer"),
     FailureKind.OVERSIZED_OUTPUT: (502, "oversized_output"),
+    FailureKind.INVALID_ANSWER: (502, "invalid_tool_call"),
     FailureKind.CLI_ERROR: (502, "cli_error"),
 }
 

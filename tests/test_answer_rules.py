@@ -1,0 +1,107 @@
+"""Answers a client can trust: a tool call reaches the client only when its function is in
+``tools``, one call at most with ``parallel_tool_calls: false``, and a cut-off call is never
+returned as a finished one (both backends, stream and not, through the openai SDK)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import openai
+import pytest
+
+from .conftest import Served, fake
+from .test_chat import TIME, WEATHER, user
+
+MODELS = ["claude-sonnet-4-6", "gemini-2.5-flash"]
+CUT = '{"tool_call":{"name":"get_weather","arguments":{"city":"Par'
+TWO = json.dumps(
+    {
+        "tool_calls": [
+            {"name": "get_weather", "arguments": {"city": "Oslo"}},
+            {"name": "get_time", "arguments": {"tz": "CET"}},
+        ]
+    }
+)
+UNKNOWN_THEN_KNOWN = json.dumps(
+    {
+        "tool_calls": [
+            {"name": "delete_everything", "arguments": {}},
+            {"name": "get_weather", "arguments": {"city": "Rome"}},
+        ]
+    }
+)
+
+
+class Streamed:
+    """A streamed answer accumulated the way OpenAI clients do (indexes, concatenation)."""
+
+    def __init__(self) -> None:
+        self.finish_reason: str | None = None
+        self.calls: dict[int, dict[str, str]] = {}
+
+    def feed(self, chunk: Any) -> None:
+        for choice in chunk.choices:
+            for tc in choice.delta.tool_calls or []:
+                call = self.calls.setdefault(tc.index, {"name": "", "arguments": ""})
+                call["name"] += tc.function.name or "" if tc.function else ""
+                call["arguments"] += tc.function.arguments or "" if tc.function else ""
+            self.finish_reason = choice.finish_reason or self.finish_reason
+
+    @property
+    def names(self) -> list[str]:
+        assert sorted(self.calls) == list(range(len(self.calls)))  # contiguous from 0
+        return [self.calls[i]["name"] for i in sorted(self.calls)]
+
+
+async def both(served: Served, model: str, answer: str, **kw: Any) -> tuple[Any, Streamed]:
+    """(non-streaming completion, streamed answer)."""
+    args: dict[str, Any] = {"model": model, "messages": user("go" + fake(answer=answer)), **kw}
+    plain = await served.client.chat.completions.create(**args)
+    streamed = Streamed()
+    async for chunk in await served.client.chat.completions.create(stream=True, **args):
+        streamed.feed(chunk)
+    return plain, streamed
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_a_cut_off_call_is_not_returned_as_a_finished_one(served: Served, model: str) -> None:
+    plain, streamed = await both(served, model, CUT, tools=[WEATHER])
+    assert plain.choices[0].finish_reason == "length"
+    assert not plain.choices[0].message.tool_calls  # no half-made call
+    assert streamed.finish_reason == "length"
+    for call in streamed.calls.values():
+        # what the model wrote, and nothing the gateway made up to close it
+        assert call["arguments"] == '{"city":"Par'
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_parallel_false_returns_at_most_one_call(served: Served, model: str) -> None:
+    tools = [WEATHER, TIME]
+    plain, streamed = await both(served, model, TWO, tools=tools, parallel_tool_calls=False)
+    assert [c.function.name for c in plain.choices[0].message.tool_calls] == ["get_weather"]
+    assert plain.choices[0].finish_reason == streamed.finish_reason == "tool_calls"
+    assert streamed.names == ["get_weather"]
+    plain, _ = await both(served, model, TWO, tools=tools)
+    assert len(plain.choices[0].message.tool_calls) == 2
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_a_call_to_a_function_not_in_tools_never_reaches_the_client(
+    served: Served, model: str
+) -> None:
+    plain, streamed = await both(served, model, UNKNOWN_THEN_KNOWN, tools=[WEATHER])
+    calls = plain.choices[0].message.tool_calls
+    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
+        ("get_weather", {"city": "Rome"})
+    ]
+    assert streamed.names == ["get_weather"]
+    assert json.loads(streamed.calls[0]["arguments"]) == {"city": "Rome"}
+    only = '{"tool_call":{"name":"delete_everything","arguments":{}}}'
+    for stream in (False, True):
+        with pytest.raises(openai.InternalServerError) as info:
+            await served.client.chat.completions.create(
+                model=model, messages=user("go" + fake(answer=only)), tools=[WEATHER], stream=stream
+            )
+        assert info.value.status_code == 502  # a real status: SDKs retry it with a new process
+        assert "delete_everything" in str(info.value)
