@@ -131,8 +131,7 @@ def _tool_instructions(req: ChatCompletionRequest, opts: PromptOptions) -> etree
     tools = req.tools or []
     root = etree.Element("instructions")
     _sub(root, "task", TASK + " Either call one of the available functions or reply directly.")
-    if len(tools) <= opts.function_list_threshold:
-        root.append(_function_list(tools))
+    root.append(_function_list(tools, _system_text(req), opts.function_list_threshold))
     parallel = req.parallel_tool_calls is not False
     fmt = JSON_FORMAT_SINGLE + (JSON_FORMAT_PARALLEL_EXTRA if parallel else "")
     _sub(root, "json_format", fmt)
@@ -157,17 +156,69 @@ def _choice_rules(req: ChatCompletionRequest, parallel: bool) -> list[str]:
     return out
 
 
-def _function_list(tools: Sequence[Tool]) -> etree._Element:
+def _function_list(tools: Sequence[Tool], system: str, threshold: int) -> etree._Element:
+    """Every tool the model may call. Up to ``threshold`` tools: each with its description and
+    full parameter schema. Beyond: tools whose name the system/developer text already
+    mentions are only named (it describes them; listing them again costs tokens every
+    step), every other one gets its first sentence and a compact signature."""
     el = etree.Element("available_functions")
     el.text = "\n"
+    small = len(tools) <= threshold
+    described = [] if small else [t for t in tools if _mentions(system, t.function.name)]
     for tool in tools:
+        if tool in described:
+            continue
         fn = etree.SubElement(el, "function", name=_xml_safe(tool.function.name))
-        if tool.function.description:
-            _sub(fn, "description", tool.function.description)
         schema = tool.function.parameters or {"type": "object", "properties": {}}
-        _sub(fn, "parameters", json.dumps(schema, ensure_ascii=False, separators=(",", ":")))
+        if small:
+            if tool.function.description:
+                _sub(fn, "description", tool.function.description)
+            _sub(fn, "parameters", json.dumps(schema, ensure_ascii=False, separators=(",", ":")))
+        else:
+            if tool.function.description:
+                _sub(fn, "description", _first_sentence(tool.function.description))
+            _sub(fn, "signature", _signature(tool.function.name, schema))
         fn.tail = "\n"
+    if described:
+        names = ", ".join(t.function.name for t in described)
+        _sub(el, "described_in_system_context", names).tail = "\n"
     return el
+
+
+def _system_text(req: ChatCompletionRequest) -> str:
+    return "\n".join(_flatten(m.content) for m in req.messages if isinstance(m, SystemMessage))
+
+
+def _mentions(text: str, name: str) -> bool:
+    return re.search(rf"(?<![\w.:-]){re.escape(name)}(?![\w-])", text) is not None
+
+
+def _first_sentence(text: str, limit: int = 160) -> str:
+    first = re.split(r"(?<=[.!?])\s", text.strip(), maxsplit=1)[0]
+    return first if len(first) <= limit else first[: limit - 1] + "…"
+
+
+def _signature(name: str, schema: dict[str, Any]) -> str:
+    """``name(city: string, days?: integer, unit?: "c"|"f")``: what a call needs, compactly."""
+    props = schema.get("properties")
+    required = set(schema.get("required") or [])
+    parts = []
+    for key, sub in props.items() if isinstance(props, dict) else []:
+        parts.append(f"{key}{'' if key in required else '?'}: {_type_of(sub)}")
+    return f"{name}({', '.join(parts)})"
+
+
+def _type_of(schema: Any) -> str:
+    if not isinstance(schema, dict):
+        return "any"
+    if isinstance(schema.get("enum"), list):
+        return "|".join(json.dumps(v, ensure_ascii=False) for v in schema["enum"][:8])
+    kind = schema.get("type")
+    if kind == "array":
+        return f"{_type_of(schema.get('items'))}[]"
+    if isinstance(kind, list):
+        return "|".join(str(k) for k in kind)
+    return str(kind) if kind else "any"
 
 
 def _json_instructions(req: ChatCompletionRequest) -> etree._Element:

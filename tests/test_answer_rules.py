@@ -105,3 +105,34 @@ async def test_a_call_to_a_function_not_in_tools_never_reaches_the_client(
             )
         assert info.value.status_code == 502  # a real status: SDKs retry it with a new process
         assert "delete_everything" in str(info.value)
+
+
+@pytest.mark.parametrize("described", [0, 20, 40])
+@pytest.mark.parametrize("model", MODELS)
+async def test_forty_tools_reach_the_model_by_name(
+    served: Served, model: str, described: int
+) -> None:
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i:02d}",
+                "description": f"Does thing {i}.",
+                "parameters": {"type": "object", "properties": {"q": {"type": "string"}}},
+            },
+        }
+        for i in range(40)
+    ]
+    system = " ".join(f"tool_{i:02d} does thing {i}." for i in range(described))
+    r = await served.client.chat.completions.create(
+        model=model,
+        messages=[
+            {"role": "system", "content": system or "Be helpful."},
+            {"role": "user", "content": "go" + fake(echo_prompt=True)},
+        ],
+        tools=tools,  # type: ignore[arg-type]
+    )
+    prompt = r.choices[0].message.content or ""  # the fake CLI answers with the prompt it got
+    instructions = prompt.split("</instructions>")[0]
+    assert all(f"tool_{i:02d}" in instructions for i in range(40))
+    assert instructions.count("<signature>") == 40 - described

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 from lxml import etree
@@ -65,28 +66,69 @@ def test_injection_cannot_close_or_open_tags() -> None:
     assert "&lt;/turn&gt;&lt;/conversation_history&gt;&lt;instructions&gt;" in prompt
 
 
-def test_tools_listed_only_up_to_threshold() -> None:
+def test_small_tool_sets_are_listed_with_full_schemas() -> None:
     few = build_prompt(
         req([{"role": "user", "content": "x"}], tools=[tool(f"t{i}") for i in range(3)])
     )
-    doc = parse(few)
-    funcs = doc.find("instructions/available_functions")
+    funcs = parse(few).find("instructions/available_functions")
     assert funcs is not None
     assert [f.get("name") for f in funcs] == ["t0", "t1", "t2"]
     schema = json.loads(funcs[0].findtext("parameters") or "")
     assert schema["properties"]["q"] == {"type": "string"}
-    many = build_prompt(
-        req([{"role": "user", "content": "x"}], tools=[tool(f"t{i}") for i in range(11)])
-    )
-    doc = parse(many)
-    assert doc.find("instructions/available_functions") is None
-    assert doc.find("instructions/json_format") is not None
-    assert doc.find("instructions/rules") is not None
     custom = build_prompt(
         req([{"role": "user", "content": "x"}], tools=[tool(f"t{i}") for i in range(11)]),
         PromptOptions(function_list_threshold=20),
     )
-    assert parse(custom).find("instructions/available_functions") is not None
+    funcs = parse(custom).find("instructions/available_functions")
+    assert funcs is not None and all(f.find("parameters") is not None for f in funcs)
+
+
+@pytest.mark.parametrize("described", ["none", "half", "all"])
+def test_forty_tools_the_model_always_knows_every_tool(described: str) -> None:
+    """Above the threshold (Google ADK, LangGraph and the Agents SDK send tools only in
+    ``tools``): every tool the system text does not describe is listed with its purpose and
+    a compact signature; the described ones are still named."""
+    tools = [
+        {
+            "type": "function",
+            "function": {
+                "name": f"tool_{i:02d}",
+                "description": f"Does thing {i}. More detail that is not needed.",
+                "parameters": {
+                    "type": "object",
+                    "properties": {
+                        "target": {"type": "string"},
+                        "mode": {"enum": ["a", "b"]},
+                        "ids": {"type": "array", "items": {"type": "integer"}},
+                    },
+                    "required": ["target"],
+                },
+            },
+        }
+        for i in range(40)
+    ]
+    n = {"none": 0, "half": 20, "all": 40}[described]
+    system = "You are an agent. " + " ".join(f"Use tool_{i:02d} to do thing {i}." for i in range(n))
+    doc = parse(
+        build_prompt(req([{"role": "system", "content": system}, {"role": "user", "content": "x"}],
+                         tools=tools))
+    )  # fmt: skip
+    funcs = doc.find("instructions/available_functions")
+    assert funcs is not None
+    listed = {f.get("name"): f for f in funcs.iterfind("function")}
+    named = (funcs.findtext("described_in_system_context") or "").split(", ")
+    for i in range(40):
+        name = f"tool_{i:02d}"
+        if i < n:
+            assert name in named and name not in listed
+        else:
+            fn = listed[name]
+            assert fn.findtext("description") == f"Does thing {i}."
+            assert (
+                fn.findtext("signature")
+                == f'{name}(target: string, mode?: "a"|"b", ids?: integer[])'
+            )
+    assert len(listed) + (len(named) if n else 0) == 40
 
 
 def test_tool_choice_rules() -> None:
