@@ -16,6 +16,7 @@ from .answer import AnswerEvent, AnswerParser, ContentDelta, ToolCallArgs, ToolC
 from .containment import Launcher
 from .events import CliEvent, Failure, Truncated, UsageReport
 from .failures import CallError, CliFailed, FailureKind
+from .json_answer import JsonAnswerError, checked
 from .plan import Plan, new_call_id
 from .pool import WarmPool
 from .process import CliRun, RunStats, started
@@ -169,6 +170,9 @@ class Completion:
         self.rules = rules
         failure: Failure | None = None
         truncated = False
+        fmt = req.response_format
+        json_mode = answer is None and fmt is not None and fmt.type != "text"
+        held: list[str] = []  # a response_format answer is checked whole before it is sent
 
         def consume(cli_events: list[CliEvent]) -> list[AnswerEvent]:
             nonlocal failure, truncated
@@ -186,9 +190,12 @@ class Completion:
                         prompt_tokens_details=PromptTokensDetails(cached_tokens=ev.cached_tokens),
                     )
                 elif failure is None:
-                    out.extend(
-                        rules.apply(answer.feed(ev.text)) if answer else [ContentDelta(ev.text)]
-                    )
+                    if answer is not None:
+                        out.extend(rules.apply(answer.feed(ev.text)))
+                    elif json_mode:
+                        held.append(ev.text)
+                    else:
+                        out.append(ContentDelta(ev.text))
             return out
 
         # After a failure the CLI is left to exit by itself (it is about to), so its
@@ -203,6 +210,14 @@ class Completion:
             yield out
         if failure is not None:
             raise CliFailed(failure.kind, failure.message, failure.retry_after_s)
+        if json_mode and fmt is not None:
+            if truncated:  # cut off by the output limit: what came, with finish "length"
+                yield ContentDelta("".join(held))
+            else:
+                try:
+                    yield ContentDelta(checked("".join(held), fmt))
+                except JsonAnswerError as exc:
+                    raise CliFailed(FailureKind.INVALID_JSON, str(exc)) from None
         if answer is not None:
             for out in rules.finish(answer, answer.finish()):
                 yield out

@@ -74,6 +74,7 @@ _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
     FailureKind.EMPTY_ANSWER: (502, "empty_answer"),
     FailureKind.OVERSIZED_OUTPUT: (502, "oversized_output"),
     FailureKind.INVALID_ANSWER: (502, "invalid_tool_call"),
+    FailureKind.INVALID_JSON: (502, "invalid_json_answer"),
     FailureKind.CLI_ERROR: (502, "cli_error"),
 }
 

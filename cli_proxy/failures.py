@@ -22,6 +22,7 @@ class FailureKind(StrEnum):
     EMPTY_ANSWER = "empty_answer"  # the CLI finished without any answer text
     OVERSIZED_OUTPUT = "oversized_output"  # a CLI output line beyond the stream limit
     INVALID_ANSWER = "invalid_answer"  # e.g. only calls to functions the request does not offer
+    INVALID_JSON = "invalid_json"  # a response_format answer with no (valid) JSON object
     CLI_ERROR = "cli_error"  # anything else the CLI reported or exited with
 
 

@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import json
+import re
 from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..events import CliEvent, TextDelta, UsageReport
+from ..events import CliEvent, TextDelta, Truncated, UsageReport
 from ..plan import PrivateHome
 from ..prompt import Prompt
 from .base import (
@@ -125,6 +126,7 @@ class GeminiParser:
     def __init__(self) -> None:
         self._text_seen = False
         self._failed = False
+        self._truncated = False
 
     def feed(self, line: bytes) -> list[CliEvent]:
         obj = load_json_line(line)
@@ -140,7 +142,13 @@ class GeminiParser:
         if kind == "result":
             return self._result(obj)
         if kind == "error" and obj.get("severity", "error") == "error":
-            return self._fail(_message(obj))
+            message = _message(obj)
+            if _TRUNCATED.search(message):
+                # the token limit cut the answer before any text: finish "length", not a
+                # failure (with text, gemini 0.61.0 gives no signal at all: reported "stop")
+                self._truncated = True
+                return [Truncated(message)]
+            return self._fail(message)
         return []
 
     def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
@@ -155,7 +163,7 @@ class GeminiParser:
                     as_int(stats.get("cached")),
                 )
             )
-        if obj.get("status") not in (None, "success"):
+        if obj.get("status") not in (None, "success") and not self._truncated:
             events.extend(self._fail(_message(obj)))
         return events
 
@@ -170,7 +178,7 @@ class GeminiParser:
             return []
         if exit_code != 0:
             return [exit_failure(exit_code, stderr, "gemini")]
-        if not self._text_seen:
+        if not self._text_seen and not self._truncated:
             return [empty_answer("gemini")]
         return []
 
@@ -190,6 +198,9 @@ def _thinking_override(model: str, effort: str) -> dict[str, Any]:
         thinking = {"thinkingBudget": GEMINI_BUDGET[effort]}
     config = {"generateContentConfig": {"thinkingConfig": thinking}}
     return {"customOverrides": [{"match": {"model": model}, "modelConfig": config}]}
+
+
+_TRUNCATED = re.compile(r"truncated because it exceeded the token limit", re.I)
 
 
 def _auth_type(path: Path) -> str | None:

@@ -1,0 +1,54 @@
+"""``response_format`` answers: the content is exactly one JSON object.
+
+Models wrap JSON in a code fence or put a sentence before it; clients (``parse()``,
+LangChain's structured output) need the object alone. Pure: it finds the first JSON object
+in the text (any fence or prose around it dropped) and, for a strict ``json_schema``, checks
+it against the schema. When no object can be recovered, or a strict schema is not met, the
+call fails with a 502 ``invalid_json_answer`` (SDKs retry it with a fresh process).
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import jsonschema
+
+from .protocol import ResponseFormat
+
+
+class JsonAnswerError(ValueError):
+    """The answer holds no usable JSON object; the message says why."""
+
+
+def extract_object(text: str) -> str:
+    """The first complete JSON object in ``text``, exactly as the model wrote it."""
+    decoder = json.JSONDecoder()
+    start = text.find("{")
+    while start >= 0:
+        try:
+            value, end = decoder.raw_decode(text, start)
+        except (ValueError, RecursionError):
+            value, end = None, start
+        if isinstance(value, dict):
+            return text[start:end]
+        start = text.find("{", start + 1)
+    raise JsonAnswerError("the model's answer holds no JSON object")
+
+
+def checked(text: str, fmt: ResponseFormat) -> str:
+    """The answer's JSON object, checked against a strict schema when there is one."""
+    obj_text = extract_object(text)
+    schema_spec: dict[str, Any] = fmt.json_schema or {}
+    schema = schema_spec.get("schema")
+    if fmt.type == "json_schema" and schema_spec.get("strict") and isinstance(schema, dict):
+        try:
+            jsonschema.validate(json.loads(obj_text), schema)
+        except jsonschema.ValidationError as exc:
+            where = "/".join(map(str, exc.absolute_path)) or "(root)"
+            raise JsonAnswerError(
+                f"the model's JSON does not match the strict schema at {where}: {exc.message}"
+            ) from None
+        except jsonschema.SchemaError as exc:
+            raise JsonAnswerError(f"the response_format schema is invalid: {exc.message}") from None
+    return obj_text
