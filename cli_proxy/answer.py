@@ -192,6 +192,8 @@ class AnswerParser:
         self._lead = ""  # LEAD: significant text seen so far (a possible fence opener)
         self._held = ""  # PROSE: text held back as a possible answer-object head
         self._ncalls = 0
+        self._sep = ""  # the break between prose and the reply that follows it
+        self._prose_out = False  # prose content was emitted already
         self.cut_off = False  # the answer object ended unclosed after it produced events
         self.cut_call: int | None = None  # the call open at the cut (its arguments unfinished)
         self._reset_json("")
@@ -272,8 +274,15 @@ class AnswerParser:
         self._held = ""
         m = _TRIGGER.search(buf)
         if m is not None:
-            self._say(buf[: _strip_len(buf, m.start())])
+            cut = _strip_len(buf, m.start())
+            self._say(buf[:cut])
             self._enter_json("")
+            # prose then a reply object: the reply continues the prose, so the break between
+            # them stays (a line break, else a space), not "Sure, here it is:final answer"
+            gap = buf[cut : m.start()]
+            space = gap[: len(gap) - len(gap.lstrip())]  # before any fence opener
+            if self._text or self._prose_out:
+                self._sep = "\n" if "\n" in space else (" " if space else "")
             return buf[m.start() :]
         k = buf.rfind("{")
         h = _strip_len(buf, k if k >= 0 and _viable(buf, k) else len(buf))
@@ -333,6 +342,8 @@ class AnswerParser:
         self._out.append(event)
 
     def _flush_text(self) -> None:
+        if self._text and self._mode == _M_PROSE:
+            self._prose_out = True
         if self._text:
             self._out.append(ContentDelta("".join(self._text)))
             self._text = []
@@ -391,6 +402,9 @@ class AnswerParser:
         if self._srole == _V_RESPONSE:
             if text:
                 self._emitted = True
+                if self._sep:
+                    self._text.append(self._sep)
+                    self._sep = ""
                 self._text.append(text)
         else:
             self._sbuf.append(text)

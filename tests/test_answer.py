@@ -151,6 +151,13 @@ def test_prose_before_object_is_content() -> None:
     assert parse(text) == ("Let me check.", [("f", {})], "tool_calls")
 
 
+def test_prose_before_a_reply_keeps_its_line_break() -> None:
+    text = 'Sure, here is my answer:\n{"tool_call":null,"response":"final answer"}'
+    assert parse(text) == ("Sure, here is my answer:\nfinal answer", [], "stop")
+    fenced = 'Sure:\n```json\n{"tool_call":null,"response":"x"}\n```'
+    assert parse(fenced) == ("Sure:\nx", [], "stop")
+
+
 def test_prose_with_innocent_braces_passes_through() -> None:
     text = 'Use {"a": 1} or { "tool": 2 } or {"responses": 3}; done {'
     assert parse(text) == (text, [], "stop")
@@ -327,7 +334,9 @@ def answers(draw: st.DrawFn) -> tuple[str, str | None, list[tuple[str, dict[str,
     if draw(st.booleans()):
         text = "```json\n" + text + "\n```"
     prose = draw(st.sampled_from(["", "Sure.\n", "Here {you} go: "]))
-    content = prose.rstrip() + content
+    # the break between prose and a reply that continues it is kept (issue: it was lost)
+    sep = ("\n" if "\n" in prose else " ") if prose and content else ""
+    content = prose.rstrip() + sep + content
     tail = draw(st.sampled_from(["", "\n", "\nThanks!", "\n" + text]))
     return prose + text + tail, content or None, expected_calls
 
