@@ -19,7 +19,7 @@ from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
 from .plan import Plan, new_call_id
 from .pool import WarmPool
-from .process import CliRun, RunStats, started
+from .process import LINGER_GRACE_S, CliRun, RunStats, started
 from .protocol import (
     ChatCompletion,
     Choice,
@@ -205,7 +205,11 @@ class Completion:
                 self.sink.line(line)
             for out in consume(parser.feed(line)):
                 yield out
-        code = await run.wait()
+            if parser.done:  # the result is in: a CLI that lingers does not hold the answer
+                break
+        code = await run.wait(LINGER_GRACE_S if parser.done else None)
+        if run.stats.killed == "lingered":
+            code = 0  # killed by us after a complete result: not the CLI's failure
         for out in consume(parser.finish(code, run.stderr)):
             yield out
         if failure is not None:

@@ -253,7 +253,8 @@ class RecordingSink(LineSink):
 
     def done(self, completion: Completion) -> None:
         stats = completion.outcome.stats
-        if stats is None or stats.killed is not None or stats.exit_code is None:
+        lingered = stats is not None and stats.killed == "lingered"  # its answer was whole
+        if stats is None or (stats.killed is not None and not lingered) or stats.exit_code is None:
             return  # a cancelled or timed-out run is not a faithful recording
         exit_code, stderr = stats.exit_code, stats.stderr
         backend = self.plan.launch.backend.removeprefix("replay:")
@@ -284,7 +285,7 @@ class RecordingSink(LineSink):
         model = "".join(c if c.isalnum() or c in "-." else "_" for c in self.plan.request.model)
         target = self.directory / f"{backend}-{model}-{key[:12]}.json"
         fd, tmp = tempfile.mkstemp(dir=self.directory, suffix=".tmp")
-        with os.fdopen(fd, "w", encoding="utf-8") as fh:
+        with os.fdopen(fd, "w", encoding="utf-8", errors="replace") as fh:
             json.dump(data, fh, ensure_ascii=False, indent=1)
             fh.write("\n")
         os.replace(tmp, target)

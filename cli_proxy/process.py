@@ -29,6 +29,7 @@ if TYPE_CHECKING:
 _STDERR_KEEP = 64 * 1024
 _POLL_S = 0.05
 _PIPE_GRACE_S = 1.0  # after the CLI exited: how long its pipes may stay open
+LINGER_GRACE_S = 2.0  # after the CLI's result: how long it may take to exit
 
 
 @dataclass(slots=True)
@@ -140,12 +141,23 @@ class CliRun:
                 self.stats.first_byte_s = time.monotonic() - self._started
             yield line
 
-    async def wait(self) -> int:
-        """Exit code once stdout is done; stderr is fully read by then."""
+    async def wait(self, grace_s: float | None = None) -> int:
+        """Exit code once stdout is done; stderr is fully read by then.
+
+        ``grace_s``: the CLI already gave its result; if it has not exited by then it is
+        killed ("lingered") and the answer stands. Otherwise a CLI that closed its output but
+        does not exit gets the idle timeout, not the rest of the total one."""
         remaining = max(self.deadline - time.monotonic(), 0.0)
+        limit = grace_s if grace_s is not None else min(self.limits.idle_timeout_s, remaining)
         try:
-            code = await asyncio.wait_for(self.proc.wait(), timeout=max(remaining, 1.0))
+            code = await asyncio.wait_for(self.proc.wait(), timeout=max(limit, 0.05))
         except TimeoutError:
+            if grace_s is not None:
+                self.stats.killed = "lingered"
+                await self.kill()
+                await self._join_io()
+                self.stats.exit_code = self.proc.returncode
+                return self.proc.returncode if self.proc.returncode is not None else -9
             self.stats.killed = "timeout"
             await self.kill()
             raise CliTimeout("the CLI closed its output but did not exit") from None

@@ -144,8 +144,13 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 """OpenAI's reasoning levels; each backend maps them to what its CLI offers."""
 
 
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,127}$"
+"""A model name is a name: no leading "-" (it would reach the CLI's argv as a flag), no NUL
+or control characters, at most 128 characters."""
+
+
 class ChatCompletionRequest(_Lenient):
-    model: str = Field(min_length=1)
+    model: str = Field(min_length=1, max_length=128, pattern=MODEL_NAME)
     messages: list[Message] = Field(min_length=1)
     tools: list[Tool] | None = None
     tool_choice: ToolChoice | None = None

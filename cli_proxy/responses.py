@@ -15,18 +15,18 @@ import re
 import secrets
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from .answer import AnswerEvent, ContentDelta, ToolCallArgs, ToolCallStart
 from .errors import APIError, from_validation_error
-from .protocol import ChatCompletionRequest, Usage
+from .protocol import MODEL_NAME, ChatCompletionRequest, Usage
 from .sse import encode
 
 
 class ResponsesRequest(BaseModel):
     model_config = ConfigDict(extra="ignore")
 
-    model: str
+    model: str = Field(min_length=1, max_length=128, pattern=MODEL_NAME)
     input: str | list[dict[str, Any]]
     instructions: str | None = None
     tools: list[dict[str, Any]] | None = None

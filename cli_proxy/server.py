@@ -29,7 +29,7 @@ from .responses import (
     encode_event,
     to_chat_request,
 )
-from .sse import DONE, ChunkBuilder, SSEWriter, error_event
+from .sse import DONE, ChunkBuilder, SSEWriter, dumps, error_event
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
@@ -44,7 +44,7 @@ def json_response(
     body: Any, status: int = 200, headers: dict[str, str] | None = None
 ) -> web.Response:
     return web.Response(
-        body=json.dumps(body, ensure_ascii=False).encode(),
+        body=dumps(body),
         status=status,
         content_type="application/json",
         headers=headers,
@@ -102,7 +102,7 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
     if keys and request.path != "/health":
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
-        presented = token.strip().encode()
+        presented = token.strip().encode("utf-8", "surrogateescape")
         ok = scheme.lower() == "bearer" and any(
             hmac.compare_digest(presented, k.get_secret_value().encode()) for k in keys
         )
@@ -151,15 +151,40 @@ async def get_model(request: web.Request) -> web.Response:
     return json_response(ModelCard(id=model_id, created=STARTED, owned_by=r.backend).model_dump())
 
 
+MAX_JSON_DEPTH = 64  # deeper request bodies (any field, tool schemas included): 400
+
+
 async def read_json(request: web.Request) -> dict[str, Any]:
     raw = await request.read()
+    too_deep = False
+    data: Any = None
     try:
         data = json.loads(raw)
     except ValueError as exc:
         raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        too_deep = True
+    if too_deep or json_depth(data) > MAX_JSON_DEPTH:
+        raise APIError(
+            400,
+            f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
+            code="nesting_too_deep",
+        )
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
     return data
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
 
 
 async def parse_request(request: web.Request) -> ChatCompletionRequest:

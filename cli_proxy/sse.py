@@ -16,12 +16,22 @@ from .protocol import Usage
 DONE = b"data: [DONE]\n\n"
 
 
+def utf8(text: str) -> bytes:
+    """UTF-8 bytes of any str: a lone surrogate (from a client's ``\\ud800`` escape or a
+    model's) becomes U+FFFD instead of failing the whole response."""
+    try:
+        return text.encode("utf-8")
+    except UnicodeEncodeError:
+        return text.encode("utf-8", "surrogatepass").decode("utf-8", "replace").encode("utf-8")
+
+
+def dumps(payload: Any, **kw: Any) -> bytes:
+    """JSON as UTF-8 bytes, whatever strings it holds."""
+    return utf8(json.dumps(payload, ensure_ascii=False, **kw))
+
+
 def encode(payload: dict[str, Any]) -> bytes:
-    return (
-        b"data: "
-        + json.dumps(payload, ensure_ascii=False, separators=(",", ":")).encode()
-        + b"\n\n"
-    )
+    return b"data: " + dumps(payload, separators=(",", ":")) + b"\n\n"
 
 
 class ChunkBuilder:

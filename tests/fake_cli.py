@@ -17,6 +17,8 @@ the prompt (XML-escaped, so it is unescaped first):
   error_message / api_error_status   details of that failure
   garbage     print non-JSON noise lines between events
   no_result   omit the final result line
+  linger      after the last line, keep running (stdout open) this many seconds
+  close_linger  after the last line, close stdout and keep running this many seconds
   child       spawn a grandchild that sleeps this many seconds (tree-kill tests)
   escape      with child: the grandchild escapes the CLI's session ("setsid") or is
               re-parented by a double fork ("double_fork")
@@ -25,6 +27,7 @@ the prompt (XML-escaped, so it is unescaped first):
               1 ms) after each: lines and UTF-8 characters arrive cut at byte boundaries
   cached      prompt tokens the model API read from its cache (claude
               cache_read_input_tokens, gemini stats.cached)
+  (an answer's "@SURROGATE@" is printed as the JSON escape \ud800, a lone surrogate)
   max_tokens  claude only: the answer, then the CLI's real "exceeded the output token
               maximum" error (synthetic assistant message + is_error result)
 Only the standard library: it runs with whatever python3 is on PATH.
@@ -84,6 +87,8 @@ class Out:
         if self.garbage:
             sys.stdout.write("Loading configuration... \x1b[32mdone\x1b[0m\n{not json\n")
         line = json.dumps(obj, separators=(",", ":"), ensure_ascii=False) + "\n"
+        # a model's lone surrogate escape, as a real CLI would print it
+        line = line.replace("@SURROGATE@", "\\ud800")
         if self.split_bytes:
             sys.stdout.flush()
             data = line.encode()
@@ -302,6 +307,12 @@ def main() -> int:
     code = int(spec.get("exit", 0))  # type: ignore[call-overload]
     if code == 0 or spec.get("print_before_exit"):
         (run_claude if flavour == "claude" else run_gemini)(argv, prompt, spec, answer)
+    if spec.get("close_linger"):
+        sys.stdout.flush()
+        os.close(1)
+        time.sleep(float(spec["close_linger"]))  # type: ignore[arg-type]
+    if spec.get("linger"):
+        time.sleep(float(spec["linger"]))  # type: ignore[arg-type]
     return code
 
 

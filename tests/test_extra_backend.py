@@ -34,6 +34,7 @@ class EchoOptions(BackendOptions):
 
 class EchoParser:
     def __init__(self, shout: bool = False) -> None:
+        self.done = False
         self.seen = False
         self.shout = shout
 
@@ -46,6 +47,7 @@ class EchoParser:
             return [TextDelta(obj["say"])]
         done = obj.get("done")
         if isinstance(done, dict):
+            self.done = True
             return [UsageReport(int(done["in"]), int(done["out"]))]
         return []
 

@@ -33,7 +33,10 @@ class LaunchOptions:
 
 
 class StreamParser(Protocol):
-    """Stateful reader of one CLI run's stdout, line by line."""
+    """Stateful reader of one CLI run's stdout, line by line. ``done`` turns true once the
+    CLI said its last word (its result): the answer is complete, whatever the process does."""
+
+    done: bool
 
     def feed(self, line: bytes) -> list[CliEvent]: ...
 
@@ -190,7 +193,7 @@ def load_json_line(line: bytes) -> dict[str, Any] | None:
         return None
     try:
         obj = json.loads(line)
-    except ValueError:
+    except (ValueError, RecursionError):  # RecursionError: nested beyond Python's stack
         return None
     return obj if isinstance(obj, dict) else None
 

@@ -164,6 +164,7 @@ class ClaudeParser:
 
     def __init__(self) -> None:
         self._streamed: list[str] = []  # text sent as deltas since the last whole message
+        self.done = False
         self._text_seen = False
         self._failed = False
         self._error_kind = ""  # the synthetic assistant message's "error" field
@@ -219,6 +220,7 @@ class ClaudeParser:
         return []
 
     def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
+        self.done = True
         events: list[CliEvent] = []
         usage = _usage(obj)
         if usage is not None:

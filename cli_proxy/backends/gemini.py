@@ -124,6 +124,7 @@ class GeminiParser:
     """Reads init/message/result/error lines; user-role messages are prompt echoes."""
 
     def __init__(self) -> None:
+        self.done = False
         self._text_seen = False
         self._failed = False
         self._truncated = False
@@ -152,6 +153,7 @@ class GeminiParser:
         return []
 
     def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
+        self.done = True
         events: list[CliEvent] = []
         stats = obj.get("stats")
         if isinstance(stats, dict):
