@@ -74,6 +74,8 @@ class Settings(BaseSettings):
     idle_timeout_s: float = Field(default=120.0, gt=0)
     kill_grace_s: float = Field(default=3.0, ge=0)
     keepalive_s: float = Field(default=15.0, ge=0)
+    write_timeout_s: float = Field(default=30.0, gt=0)
+    """A stream whose client takes no bytes for this long is dropped (CLI killed, slot freed)."""
     stream_head_hold_s: float = Field(default=10.0, ge=0)
     """A stream's HTTP head waits this long for the first answer event, so that a failure
     before any answer gets its real status (SDKs retry 429/5xx only then)."""

@@ -29,11 +29,12 @@ from .responses import (
     encode_event,
     to_chat_request,
 )
-from .sse import DONE, ChunkBuilder, SSEWriter, dumps, error_event
+from .sse import DONE, ChunkBuilder, SlowClient, SSEWriter, dumps, error_event
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
 DELIVERED: web.RequestKey[bool] = web.RequestKey("delivered", bool)  # the last byte was sent
+SLOW: web.RequestKey[bool] = web.RequestKey("slow", bool)  # dropped: it stopped reading
 STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
@@ -217,7 +218,10 @@ async def run_logged(
     started = time.monotonic()
     status = 200
     try:
-        return await deliver()
+        response = await deliver()
+        if request.get(SLOW, False):
+            status = 499
+        return response
     except (APIError, CallError) as exc:
         status = (exc if isinstance(exc, APIError) else api_error(exc)).status
         raise
@@ -296,7 +300,7 @@ async def _serve_sse(
             )
             resp.force_close()  # some SDK versions keep reading after the end unless we close
             await resp.prepare(request)
-            out = SSEWriter(resp, settings.keepalive_s)
+            out = SSEWriter(resp, settings.keepalive_s, settings.write_timeout_s)
             for data in head():
                 await out.write(data)
             out.start()
@@ -318,6 +322,12 @@ async def _serve_sse(
                 else:
                     for data in tail():
                         await out.write(data)
+            except SlowClient:
+                log.info("slow_client_dropped", path=request.path, after_s=out.write_timeout_s)
+                request[SLOW] = True
+                if request.transport is not None:
+                    request.transport.abort()  # the buffered answer goes, the slot is freed
+                return resp
             finally:
                 out.stop()
         finally:

@@ -91,20 +91,32 @@ def error_event(err: APIError) -> bytes:
 KEEPALIVE = b": keep-alive\n\n"
 
 
+class SlowClient(Exception):
+    """The client stopped reading: a write did not complete within the write timeout."""
+
+
 class SSEWriter:
     """Writes SSE events; during long silences (a CLI thinking, queued retries) it sends
     ``:`` comment lines, which every client ignores, so idle-timeout proxies keep the
-    connection open."""
+    connection open. A write that does not complete within ``write_timeout_s`` (a client
+    that stopped reading, its socket buffers full) raises ``SlowClient``: the call is then
+    ended, its CLI killed and its slot freed, instead of held for as long as the client likes."""
 
-    def __init__(self, resp: web.StreamResponse, keepalive_s: float) -> None:
+    def __init__(
+        self, resp: web.StreamResponse, keepalive_s: float, write_timeout_s: float = 30.0
+    ) -> None:
         self.resp = resp
         self.keepalive_s = keepalive_s
+        self.write_timeout_s = write_timeout_s
         self._last = time.monotonic()
         self._task: asyncio.Task[None] | None = None
 
     async def write(self, data: bytes) -> None:
         self._last = time.monotonic()
-        await self.resp.write(data)
+        try:
+            await asyncio.wait_for(self.resp.write(data), self.write_timeout_s)
+        except TimeoutError:
+            raise SlowClient(f"no write progress for {self.write_timeout_s:g} s") from None
 
     def start(self) -> None:
         if self.keepalive_s > 0:

@@ -17,6 +17,7 @@ the prompt (XML-escaped, so it is unescaped first):
   error_message / api_error_status   details of that failure
   garbage     print non-JSON noise lines between events
   no_result   omit the final result line
+  repeat      the answer this many times over (large answers from a small prompt)
   linger      after the last line, keep running (stdout open) this many seconds
   close_linger  after the last line, close stdout and keep running this many seconds
   child       spawn a grandchild that sleeps this many seconds (tree-kill tests)
@@ -304,6 +305,7 @@ def main() -> int:
         answer = '{"tool_call":null,"response":"ok"}'
     else:
         answer = "ok"
+    answer *= int(spec.get("repeat", 1))  # type: ignore[call-overload]
     code = int(spec.get("exit", 0))  # type: ignore[call-overload]
     if code == 0 or spec.get("print_before_exit"):
         (run_claude if flavour == "claude" else run_gemini)(argv, prompt, spec, answer)
