@@ -43,6 +43,9 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--max-queue", type=int, help="requests waiting for a slot before 429")
     s.add_argument("--timeout", type=float, dest="timeout_s", help="seconds per call in all")
     s.add_argument("--idle-timeout", type=float, dest="idle_timeout_s", help="seconds of silence")
+    s.add_argument(
+        "--drain-timeout", type=float, dest="drain_timeout_s", help="on SIGTERM: seconds to finish"
+    )
     s.add_argument("--record", type=Path, dest="record_dir", help="save every call as a fixture")
     s.add_argument("--replay", type=Path, dest="replay_dir", help="answer from fixtures in DIR")
     s.add_argument("--replay-speed", type=float, help="1 = recorded pace, 0 = instant")
@@ -131,16 +134,35 @@ async def serve(settings: Settings) -> None:
     await site.start()
     addrs = [f"http://{h}:{p}" for h, p, *_ in (runner.addresses or [])]
     log.info("listening", url=f"{addrs[0]}/v1" if addrs else None, mode=mode)
-    stop = asyncio.Event()
+    stop, force = asyncio.Event(), asyncio.Event()
+
+    def on_signal() -> None:  # the first signal drains, a second one stops at once
+        (force if stop.is_set() else stop).set()
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
-            loop.add_signal_handler(sig, stop.set)
+            loop.add_signal_handler(sig, on_signal)
     try:
         await stop.wait()
+        await drain(gateway, force, settings.drain_timeout_s)
     finally:
         log.info("stopping", running=gateway.supervisor.running)
         await runner.cleanup()
+
+
+async def drain(gateway: Gateway, force: asyncio.Event, timeout_s: float) -> None:
+    """New calls get 503 and /health says draining; running calls may finish, up to
+    ``timeout_s`` or a second signal; what is left is then killed by the shutdown."""
+    gateway.supervisor.draining = True
+    log.info("draining", running=gateway.supervisor.running, timeout_s=timeout_s)
+    deadline = asyncio.get_running_loop().time() + timeout_s
+    while gateway.supervisor.running + gateway.supervisor.waiting and not force.is_set():
+        left = deadline - asyncio.get_running_loop().time()
+        if left <= 0:
+            break
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(force.wait(), min(left, 0.1))
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -73,6 +73,8 @@ class Settings(BaseSettings):
     timeout_s: float = Field(default=300.0, gt=0)
     idle_timeout_s: float = Field(default=120.0, gt=0)
     kill_grace_s: float = Field(default=3.0, ge=0)
+    drain_timeout_s: float = Field(default=30.0, ge=0)
+    """On SIGTERM: how long running calls may take to finish (a second signal: at once)."""
     keepalive_s: float = Field(default=15.0, ge=0)
     write_timeout_s: float = Field(default=30.0, gt=0)
     """A stream whose client takes no bytes for this long is dropped (CLI killed, slot freed)."""

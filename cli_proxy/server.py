@@ -120,7 +120,7 @@ async def health(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     return json_response(
         {
-            "status": "ok",
+            "status": "draining" if gw.supervisor.draining else "ok",
             "running": gw.supervisor.running,
             "waiting": gw.supervisor.waiting,
             "max_concurrency": gw.supervisor.max_concurrency,

@@ -49,6 +49,7 @@ class Supervisor:
     _waiting: int = 0
     _sem: asyncio.Semaphore | None = None
     _closing: bool = False
+    draining: bool = False  # stopping: calls already admitted or queued go on, new ones 503
 
     @property
     def running(self) -> int:
@@ -70,7 +71,7 @@ class Supervisor:
     @contextlib.asynccontextmanager
     async def admit(self) -> AsyncIterator[Slot]:
         """Wait for a slot (bounded queue, bounded wait); release it when the block ends."""
-        if self._closing:
+        if self._closing or self.draining:
             raise ShuttingDown()
         started = time.monotonic()
         sem = self._semaphore()

@@ -348,7 +348,10 @@ async def test_gateway_signal_stops_clis_before_exit(sig: signal.Signals) -> Non
         gw = psutil.Process(proc.pid)
         clis = await wait_until(lambda: fake_clis(gw), 10, "the CLI to start")
         await wait_until(lambda: with_marker(mark), 5, "the grandchild to start")
-        proc.send_signal(sig)
+        proc.send_signal(sig)  # the first signal drains: the 30 s call would be waited for
+        await asyncio.sleep(0.3)
+        assert proc.returncode is None
+        proc.send_signal(sig)  # the second stops at once
         async with asyncio.timeout(8):
             code = await proc.wait()
         assert code == 0
@@ -559,3 +562,29 @@ async def test_log_records_disconnect_and_429(serve: ServeFactory) -> None:
     assert gone["status"] == 499 and gone["killed"] == "cancelled"
     assert busy["status"] == 429 and busy["pid"] is None
     assert ok["status"] == 200
+
+
+async def test_sigterm_drains_running_calls_and_refuses_new_ones() -> None:
+    async with gateway_process() as (proc, url):
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=30)
+        running = asyncio.create_task(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=user(fake(answer="finished", hang=1.5)),  # type: ignore[arg-type]
+            )
+        )
+        gw = psutil.Process(proc.pid)
+        await wait_until(lambda: fake_clis(gw), 10, "the CLI to start")
+        proc.send_signal(signal.SIGTERM)
+        await asyncio.sleep(0.2)
+        with pytest.raises(openai.APIStatusError) as info:  # new calls: 503 while draining
+            await client.chat.completions.create(model=MODEL, messages=user("late"))  # type: ignore[arg-type]
+        assert info.value.status_code == 503
+        health = url.removesuffix("/v1") + "/health"
+        async with aiohttp.ClientSession() as s, s.get(health) as h:
+            assert (await h.json())["status"] == "draining"
+        done = await running  # the call under way finished normally
+        assert done.choices[0].message.content == "finished"
+        async with asyncio.timeout(10):
+            assert await proc.wait() == 0
+        await client.close()
