@@ -28,6 +28,8 @@ from cli_proxy.testing import start_gateway
 from .conftest import ServeFactory, fake, fake_settings
 from .test_chat import TIME, WEATHER
 
+ROOT = Path(__file__).resolve().parent.parent
+
 REQUESTS: list[dict[str, Any]] = [
     {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": fake(answer="Hi!")}]},
     {
@@ -286,3 +288,30 @@ def test_replayed(cli_proxy_client):
     )
     result = pytester.runpytest_subprocess("-p", "no:cacheprovider")
     result.assert_outcomes(passed=1)
+
+
+async def test_a_huge_unmatched_request_does_not_stall_the_gateway(serve: ServeFactory) -> None:
+    """The nearest-fixture hint is linear: a multi-megabyte miss answers 404 quickly, and
+    /health is answered meanwhile (difflib took 17.9 s for 3.9M characters, on the loop)."""
+    import asyncio
+    import time
+
+    import aiohttp
+
+    settings = fake_settings(replay_dir=ROOT / "fixtures")
+    served = await serve(gateway=Gateway(settings, ReplaySource.load(ROOT / "fixtures", settings)))
+    body = {
+        "model": "claude-sonnet-4-6",
+        "messages": [{"role": "user", "content": "y" * 3_900_000}],
+    }
+    async with aiohttp.ClientSession() as s:
+        t0 = time.monotonic()
+        miss = asyncio.create_task(
+            s.post(served.server.make_url("/v1/chat/completions"), json=body)
+        )
+        await asyncio.sleep(0.05)
+        async with s.get(served.server.make_url("/health")) as h:
+            assert h.status == 200
+        resp = await miss
+        assert resp.status == 404 and (await resp.json())["error"]["code"] == "fixture_not_found"
+        assert time.monotonic() - t0 < 5
