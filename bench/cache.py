@@ -75,6 +75,24 @@ def cli_dir() -> Path:
     sys.exit("real CLIs not found: run `make real-clis` first")
 
 
+def point_clis_at(url: str) -> None:
+    """A throw-away HOME and the environment that sends both real CLIs to the fake API."""
+    home = Path(tempfile.mkdtemp(prefix="cli-proxy-bench-home-"))
+    (home / ".gemini").mkdir()
+    (home / ".gemini" / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
+    )
+    os.environ.update(
+        HOME=str(home),
+        ANTHROPIC_BASE_URL=url,
+        ANTHROPIC_API_KEY="bench",
+        DISABLE_TELEMETRY="1",
+        CLAUDE_CODE_MAX_RETRIES="0",
+        GEMINI_API_KEY="bench",
+        GOOGLE_GEMINI_BASE_URL=url,
+    )
+
+
 def directive(step: int) -> str:
     call = {"tool_call": {"name": f"tool_{step % 40:02d}", "arguments": {"target": f"item {step}"}}}
     return "@@fake " + json.dumps({"answer": json.dumps(call)})
@@ -128,21 +146,8 @@ async def main() -> None:
     ap.add_argument("--launcher", default="auto", help="auto, bwrap or pdeathsig")
     args = ap.parse_args()
     clis = cli_dir()
-    home = Path(tempfile.mkdtemp(prefix="cli-proxy-bench-home-"))
-    (home / ".gemini").mkdir()
-    (home / ".gemini" / "settings.json").write_text(
-        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
-    )
     api = await start_fake_model_api(cache=True)
-    os.environ.update(
-        HOME=str(home),
-        ANTHROPIC_BASE_URL=api.url,
-        ANTHROPIC_API_KEY="bench",
-        DISABLE_TELEMETRY="1",
-        CLAUDE_CODE_MAX_RETRIES="0",
-        GEMINI_API_KEY="bench",
-        GOOGLE_GEMINI_BASE_URL=api.url,
-    )
+    point_clis_at(api.url)
     settings = Settings(
         host="127.0.0.1",
         port=0,

@@ -16,10 +16,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
-import os
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -31,7 +29,7 @@ import psutil  # noqa: E402
 from aiohttp import web  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
-from bench.cache import cli_dir  # noqa: E402
+from bench.cache import cli_dir, point_clis_at  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
 from cli_proxy.containment import spawn  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
@@ -137,21 +135,8 @@ async def main() -> None:
     ap.add_argument("--out", default=str(ROOT / "bench" / "warm-results.json"))
     args = ap.parse_args()
     clis = cli_dir()
-    home = Path(tempfile.mkdtemp(prefix="cli-proxy-bench-home-"))
-    (home / ".gemini").mkdir()
-    (home / ".gemini" / "settings.json").write_text(
-        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
-    )
     api = await start_fake_model_api()
-    os.environ.update(
-        HOME=str(home),
-        ANTHROPIC_BASE_URL=api.url,
-        ANTHROPIC_API_KEY="bench",
-        DISABLE_TELEMETRY="1",
-        CLAUDE_CODE_MAX_RETRIES="0",
-        GEMINI_API_KEY="bench",
-        GOOGLE_GEMINI_BASE_URL=api.url,
-    )
+    point_clis_at(api.url)
     base = {
         "host": "127.0.0.1",
         "port": 0,

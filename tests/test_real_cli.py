@@ -103,16 +103,13 @@ class RealCLIs:
         return body, texts[1]
 
 
-@pytest.fixture
-async def real(serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
-    assert CLI_DIR is not None
-    api = await start_fake_model_api()
-    home = tmp_path / "home"
+def point_clis_at(api: FakeModelAPI, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A temporary HOME and the environment that sends both real CLIs to the fake API (the
+    gateway hands its own, allowlisted, environment to the CLIs)."""
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(
         json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
     )
-    # The gateway hands its own (scrubbed) environment to the CLIs.
     for name in FOREIGN_ENV:
         monkeypatch.delenv(name, raising=False)
     for name, value in {
@@ -125,6 +122,13 @@ async def real(serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         "GOOGLE_GEMINI_BASE_URL": api.url,
     }.items():
         monkeypatch.setenv(name, value)
+
+
+@pytest.fixture
+async def real(serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+    assert CLI_DIR is not None
+    api = await start_fake_model_api()
+    point_clis_at(api, tmp_path / "home", monkeypatch)
     settings = Settings(
         claude_bin=str(CLI_DIR / "claude"),
         gemini_bin=str(CLI_DIR / "gemini"),

@@ -19,7 +19,7 @@ from cli_proxy.gateway import Gateway, live_backends
 
 from .conftest import ServeFactory, fake
 from .fake_model_api import FakeModelAPI, start_fake_model_api
-from .test_real_cli import CLI_DIR, FOREIGN_ENV, MODELS, pytestmark  # noqa: F401
+from .test_real_cli import CLI_DIR, MODELS, point_clis_at, pytestmark  # noqa: F401
 from .test_sealed_processes import LAUNCHERS
 
 
@@ -55,22 +55,7 @@ async def sealed(
     assert CLI_DIR is not None
     api = await start_fake_model_api()
     home = tmp_path / "home"
-    (home / ".gemini").mkdir(parents=True)
-    (home / ".gemini" / "settings.json").write_text(
-        json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
-    )
-    for name in FOREIGN_ENV:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": api.url,
-        "ANTHROPIC_API_KEY": "test",
-        "DISABLE_TELEMETRY": "1",
-        "CLAUDE_CODE_MAX_RETRIES": "0",
-        "GEMINI_API_KEY": "test",
-        "GOOGLE_GEMINI_BASE_URL": api.url,
-    }.items():
-        monkeypatch.setenv(name, value)
+    point_clis_at(api, home, monkeypatch)
     root = tmp_path / "root"  # the pdeathsig launcher's work root (a parent of each work dir)
     settings = Settings(
         claude_bin=str(CLI_DIR / "claude"),
