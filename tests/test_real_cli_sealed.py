@@ -146,15 +146,16 @@ def files_under(root: Path) -> dict[Path, bytes]:
 
 
 def lasting(files: dict[Path, bytes]) -> list[str]:
-    """The files that outlive a process: claude's ``sessions/<pid>.json`` exists while that
-    claude runs (a pre-started spare, say) and is removed when it exits."""
+    """The files that outlive a process: claude keeps ``sessions/<pid>.json`` (2.1.330 also
+    ``sessions/<pid>.<hash>.key``) while that claude runs (a pre-started spare, say) and
+    removes them when it exits."""
     import psutil
 
-    return sorted(
-        str(p)
-        for p in files
-        if not (p.parent.name == "sessions" and p.stem.isdigit() and psutil.pid_exists(int(p.stem)))
-    )
+    def transient(p: Path) -> bool:
+        pid = p.name.split(".")[0]
+        return p.parent.name == "sessions" and pid.isdigit() and psutil.pid_exists(int(pid))
+
+    return sorted(str(p) for p in files if not transient(p))
 
 
 @pytest.mark.parametrize("model", MODELS)
