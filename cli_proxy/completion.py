@@ -167,7 +167,6 @@ class Completion:
         rules = CallRules(
             {t.function.name for t in req.tools or []}, req.parallel_tool_calls is not False
         )
-        self.rules = rules
         failure: Failure | None = None
         truncated = False
         fmt = req.response_format
@@ -219,9 +218,10 @@ class Completion:
                 yield ContentDelta("".join(held))
             else:
                 try:
-                    yield ContentDelta(checked("".join(held), fmt))
+                    obj = checked("".join(held), fmt)
                 except JsonAnswerError as exc:
                     raise CliFailed(FailureKind.INVALID_JSON, str(exc)) from None
+                yield ContentDelta(obj)
         if answer is not None:
             for out in rules.finish(answer, answer.finish()):
                 yield out

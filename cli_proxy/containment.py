@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import ctypes
+import functools
 import os
 import shutil
 import signal
@@ -21,6 +22,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import ClassVar
+
+import psutil
 
 from .failures import CliMissing
 from .plan import LaunchSpec
@@ -82,8 +85,6 @@ def kill_orphans() -> list[int]:
     and is skipped while a spawn is under way, so a CLI just forked is never taken for one."""
     if not _subreaper or _spawning:
         return []
-    import psutil
-
     pids = []
     for child in psutil.Process().children():
         if child.pid in _spawned:
@@ -231,15 +232,7 @@ class BwrapLauncher(Launcher):
 
     @classmethod
     def available(cls) -> bool:
-        if cls._bwrap is None:
-            return False
-        probe = subprocess.run(
-            [cls._bwrap, "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "true"],
-            capture_output=True,
-            timeout=10,
-            check=False,
-        )
-        return probe.returncode == 0
+        return cls._bwrap is not None and _bwrap_runs(cls._bwrap)
 
     def prepare(self, spec: LaunchSpec, binary: str) -> Prepared:
         assert self._bwrap is not None
@@ -329,6 +322,18 @@ def _write_files(root: Path, files: tuple[tuple[str, bytes], ...]) -> None:
         target.write_bytes(content)
 
 
+@functools.cache
+def _bwrap_runs(bwrap: str) -> bool:
+    """Whether bwrap can make a PID namespace here (not in every container): probed once."""
+    probe = subprocess.run(
+        [bwrap, "--unshare-pid", "--die-with-parent", "--ro-bind", "/", "/", "true"],
+        capture_output=True,
+        timeout=10,
+        check=False,
+    )
+    return probe.returncode == 0
+
+
 def _memfd(name: str, content: bytes) -> int:
     """An in-memory file holding ``content``, its offset at 0 (bwrap ``--file`` reads it)."""
     fd = os.memfd_create(name.replace("/", "_"), 0)
@@ -368,8 +373,6 @@ def default_work_root() -> Path:
 def sweep_stale_workdirs(root: Path) -> None:
     """Remove work dirs a gateway killed with -9 left behind (their owner process is gone).
     Each gateway works in ``root/<pid>-<start time>``."""
-    import psutil
-
     if not root.is_dir():
         return
     for entry in root.iterdir():
@@ -385,8 +388,6 @@ def sweep_stale_workdirs(root: Path) -> None:
 
 
 def _own_root(root: Path) -> Path:
-    import psutil
-
     own = root / f"{os.getpid()}-{psutil.Process().create_time():.0f}"
     own.mkdir(parents=True, exist_ok=True, mode=0o700)
     return own

@@ -8,7 +8,7 @@ import hmac
 import json
 import time
 import uuid
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
 from typing import Any
 from urllib.parse import unquote
 
@@ -306,16 +306,9 @@ async def _serve_sse(
             out.start()
             try:
                 try:
-                    try:
-                        ev = await first
-                    except StopAsyncIteration:
-                        pass
-                    else:
+                    async for ev in _after(first, events):
                         for data in encode(ev):
                             await out.write(data)
-                        async for ev in events:
-                            for data in encode(ev):
-                                await out.write(data)
                 except CallError as exc:
                     for data in fail(api_error(exc)):
                         await out.write(data)
@@ -336,6 +329,18 @@ async def _serve_sse(
         await resp.write_eof()
         request[DELIVERED] = True
         return resp
+
+
+async def _after(
+    first: asyncio.Task[AnswerEvent], rest: AsyncIterator[AnswerEvent]
+) -> AsyncIterator[AnswerEvent]:
+    """The answer events again: the first (already being awaited), then the rest."""
+    try:
+        yield await first
+    except StopAsyncIteration:
+        return
+    async for ev in rest:
+        yield ev
 
 
 async def _stream(

@@ -284,13 +284,18 @@ def _gateway_cmd(*extra: str) -> list[str]:
 
 
 @contextlib.asynccontextmanager
-async def gateway_process() -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLI_PROXY_")}
+async def gateway_process(
+    *extra: str, env: dict[str, str] | None = None, containment: str | None = None
+) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
+    """``cli-proxy serve`` as its own process with the fake CLI; ``env`` adds variables,
+    ``containment`` is a word its start-up log line must name."""
+    full = {k: v for k, v in os.environ.items() if not k.startswith("CLI_PROXY_")}
     # a gateway killed with -9 cannot remove its runs' temp dirs: keep them out of /tmp
     scratch = tempfile.mkdtemp(prefix="cli-proxy-test-")
-    env["TMPDIR"] = scratch
+    full["TMPDIR"] = scratch
+    full.update(env or {})
     proc = await asyncio.create_subprocess_exec(
-        *_gateway_cmd(), stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env
+        *_gateway_cmd(*extra), stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=full
     )
     assert proc.stderr is not None
     try:
@@ -301,6 +306,8 @@ async def gateway_process() -> AsyncIterator[tuple[asyncio.subprocess.Process, s
                 assert line, "the gateway exited before listening"
                 with contextlib.suppress(ValueError):
                     ev = json.loads(line)
+                    if ev.get("event") == "starting" and containment is not None:
+                        assert containment in ev["containment"]
                     if ev.get("event") == "listening":
                         url = ev["url"]
         drain = asyncio.create_task(proc.stderr.read())

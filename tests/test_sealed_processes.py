@@ -5,13 +5,10 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import os
 import shutil
 import signal
-import sys
 import tempfile
-from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +18,15 @@ from openai import AsyncOpenAI
 
 from cli_proxy.containment import BwrapLauncher
 
-from .conftest import FAKE_CLI, ServeFactory, fake
-from .test_reliability import alive, marker, wait_gone, wait_until, with_marker
+from .conftest import ServeFactory, fake
+from .test_reliability import (
+    alive,
+    gateway_process,
+    marker,
+    wait_gone,
+    wait_until,
+    with_marker,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "claude-sonnet-4-6"
@@ -49,42 +53,11 @@ async def test_bwrap_call_leaves_no_descendant(serve: ServeFactory, escape: str)
     assert with_marker(mark) == []
 
 
-@contextlib.asynccontextmanager
-async def gateway(
-    launcher: str, scratch: Path
-) -> AsyncIterator[tuple[asyncio.subprocess.Process, str]]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("CLI_PROXY_")}
-    env["CLI_PROXY_WORK_ROOT"] = str(scratch / "work")
-    env["TMPDIR"] = str(scratch)
-    cmd = [
-        sys.executable, "-m", "cli_proxy", "serve", "--port", "0", "--backends", "claude",
-        "--claude-bin", f"{sys.executable} {FAKE_CLI} claude", "--log-json",
-        "--max-concurrency", "4",
-    ]  # fmt: skip
+def gateway(launcher: str, scratch: Path) -> Any:
+    """The gateway as its own process, with this launcher and its work dirs in ``scratch``."""
+    env = {"CLI_PROXY_WORK_ROOT": str(scratch / "work"), "TMPDIR": str(scratch)}
     env["CLI_PROXY_LAUNCHER"] = launcher
-    proc = await asyncio.create_subprocess_exec(
-        *cmd, stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env
-    )
-    assert proc.stderr is not None
-    try:
-        url = None
-        async with asyncio.timeout(20):
-            while url is None:
-                line = await proc.stderr.readline()
-                assert line, "the gateway exited before listening"
-                with contextlib.suppress(ValueError):
-                    ev = json.loads(line)
-                    if ev.get("event") == "starting":
-                        assert launcher in ev["containment"]
-                    if ev.get("event") == "listening":
-                        url = ev["url"]
-        drain = asyncio.create_task(proc.stderr.read())
-        yield proc, url
-        drain.cancel()
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-        await proc.wait()
+    return gateway_process("--max-concurrency", "4", env=env, containment=launcher)
 
 
 def descendants(pid: int) -> list[psutil.Process]:
