@@ -20,6 +20,7 @@ from .backends.base import split_command
 from .config import Settings
 from .containment import enable_subreaper
 from .gateway import Gateway, LiveBackends, PlanSource
+from .listener import GatewayRunner
 from .logs import configure, log
 from .server import create_app
 
@@ -128,7 +129,9 @@ async def serve(settings: Settings) -> None:
     gateway, mode = make_gateway(settings)
     log.info("starting", mode=mode, containment=gateway.launcher.describe())
     app = create_app(gateway)
-    runner = web.AppRunner(app, handler_cancellation=True, access_log=None)
+    runner = GatewayRunner(
+        app, header_timeout_s=settings.header_timeout_s, handler_cancellation=True, access_log=None
+    )
     await runner.setup()
     site = web.TCPSite(runner, settings.host, settings.port)
     await site.start()

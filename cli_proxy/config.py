@@ -85,6 +85,13 @@ class Settings(BaseSettings):
     max_body_bytes: int = Field(default=16 * 1024 * 1024, ge=1024)
     max_messages: int = Field(default=5000, ge=1)
     max_prompt_chars: int = Field(default=4_000_000, ge=1)
+    max_answer_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
+    """The model's answer (UTF-8 text and tool-call arguments) per call; beyond it the CLI is
+    killed and the call fails with 502 ``answer_too_large``. Bounds the memory of a call."""
+    header_timeout_s: float = Field(default=15.0, gt=0)
+    """A request's line and headers must arrive within this long of its first byte."""
+    body_timeout_s: float = Field(default=60.0, gt=0)
+    """A request body must arrive within this long of its headers (slow senders: 408)."""
 
     work_root: Path | None = None
     """Where the pdeathsig launcher makes host work dirs (default: $XDG_RUNTIME_DIR or

@@ -34,6 +34,7 @@ from .sse import DONE, ChunkBuilder, SlowClient, SSEWriter, dumps, error_event
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
 DELIVERED: web.RequestKey[bool] = web.RequestKey("delivered", bool)  # the last byte was sent
+HEAD_SENT: web.RequestKey[bool] = web.RequestKey("head_sent", bool)  # a stream's 200 is out
 SLOW: web.RequestKey[bool] = web.RequestKey("slow", bool)  # dropped: it stopped reading
 STARTED = int(time.time())
 
@@ -53,7 +54,10 @@ def json_response(
 
 
 def error_response(err: APIError) -> web.Response:
-    return json_response(err.body(), err.status, err.headers)
+    resp = json_response(err.body(), err.status, err.headers)
+    if err.status == 408:  # the rest of a half-sent body would be read as the next request
+        resp.force_close()
+    return resp
 
 
 @web.middleware
@@ -63,14 +67,16 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
     except (APIError, CallError) as exc:
         err = exc if isinstance(exc, APIError) else api_error(exc)
         if not request.get(LOGGED, False):  # run_logged already logged this request
+            # the message may quote the request (a field's value): debug level only
             log.info(
                 "request_rejected",
                 method=request.method,
                 path=request.path,
                 status=err.status,
                 code=err.code,
-                message=err.message[:200],
+                param=err.param,
             )
+            log.debug("request_rejected_detail", message=err.message[:500])
         return error_response(err)
     except web.HTTPRequestEntityTooLarge as exc:
         return error_response(
@@ -156,7 +162,14 @@ MAX_JSON_DEPTH = 64  # deeper request bodies (any field, tool schemas included):
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
-    raw = await request.read()
+    timeout_s = request.app[GATEWAY].settings.body_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        raise APIError(
+            408, f"the request body did not arrive within {timeout_s:g} s", code="request_timeout"
+        ) from None
     too_deep = False
     data: Any = None
     try:
@@ -230,6 +243,9 @@ async def run_logged(
         # killed); after it (a client closing once it read [DONE]) the call was complete
         status = 200 if request.get(DELIVERED, False) else 499
         raise
+    except Exception:
+        status = 200 if request.get(HEAD_SENT, False) else 500  # else the middleware's 500
+        raise
     finally:
         request[LOGGED] = True
         _log_done(logger, completion, status, time.monotonic() - started)
@@ -261,7 +277,8 @@ async def responses(request: web.Request) -> web.StreamResponse:
         async with completion.run() as answer:
             async for ev in answer:
                 builder.feed(ev)
-        builder.finish(completion.outcome.usage, completion.outcome.finish_reason)
+        outcome = completion.outcome
+        builder.finish(outcome.usage, outcome.finish_reason, outcome.incomplete_calls)
         return json_response(builder.final)
 
     return await run_logged(request, completion, logger, deliver)
@@ -300,6 +317,7 @@ async def _serve_sse(
             )
             resp.force_close()  # some SDK versions keep reading after the end unless we close
             await resp.prepare(request)
+            request[HEAD_SENT] = True
             out = SSEWriter(resp, settings.keepalive_s, settings.write_timeout_s)
             for data in head():
                 await out.write(data)
@@ -371,7 +389,10 @@ async def _stream_responses(
         completion,
         lambda: map(encode_event, builder.start()),
         lambda ev: map(encode_event, builder.feed(ev)),
-        lambda: map(encode_event, builder.finish(outcome.usage, outcome.finish_reason)),
+        lambda: map(
+            encode_event,
+            builder.finish(outcome.usage, outcome.finish_reason, outcome.incomplete_calls),
+        ),
         lambda err: map(encode_event, builder.fail(err, outcome.usage)),
     )
 

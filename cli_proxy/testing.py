@@ -67,10 +67,16 @@ class RunningGateway:
 
     async def _serve(self) -> None:
         from .cli import make_gateway
+        from .listener import GatewayRunner
         from .server import create_app
 
         gateway, _ = make_gateway(self.settings)
-        runner = web.AppRunner(create_app(gateway), handler_cancellation=True, access_log=None)
+        runner = GatewayRunner(
+            create_app(gateway),
+            header_timeout_s=self.settings.header_timeout_s,
+            handler_cancellation=True,
+            access_log=None,
+        )
         await runner.setup()
         site = web.TCPSite(runner, self.settings.host, self.settings.port)
         await site.start()

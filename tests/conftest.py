@@ -10,11 +10,13 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from aiohttp import web
 from aiohttp.test_utils import TestServer
 from openai import AsyncOpenAI
 
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
+from cli_proxy.listener import GatewayRunner
 from cli_proxy.server import create_app
 
 pytest_plugins = ["pytester"]
@@ -57,15 +59,29 @@ class Served:
 ServeFactory = Callable[..., Awaitable[Served]]
 
 
+class GatewayTestServer(TestServer):
+    """A test server with the gateway's own listener (JSON parser errors, header deadline)."""
+
+    def __init__(self, app: web.Application, header_timeout_s: float) -> None:
+        super().__init__(app, host="127.0.0.1")
+        self.header_timeout_s = header_timeout_s
+
+    async def _make_runner(self, **kwargs: Any) -> web.AppRunner:
+        return GatewayRunner(self.app, header_timeout_s=self.header_timeout_s, **kwargs)
+
+
 @pytest.fixture
-async def serve(aiohttp_server: Any) -> AsyncIterator[ServeFactory]:
+async def serve() -> AsyncIterator[ServeFactory]:
     clients: list[AsyncOpenAI] = []
+    servers: list[TestServer] = []
 
     async def start(gateway: Gateway | None = None, **overrides: Any) -> Served:
         if gateway is None:
             settings = fake_settings(**overrides)
             gateway = Gateway(settings, live_backends(settings))
-        server = await aiohttp_server(create_app(gateway))
+        server = GatewayTestServer(create_app(gateway), gateway.settings.header_timeout_s)
+        await server.start_server()
+        servers.append(server)
         client = AsyncOpenAI(
             base_url=str(server.make_url("/v1")), api_key="test", max_retries=0, timeout=60
         )
@@ -75,6 +91,8 @@ async def serve(aiohttp_server: Any) -> AsyncIterator[ServeFactory]:
     yield start
     for c in clients:
         await c.close()
+    for server in servers:
+        await server.close()
 
 
 @pytest.fixture
