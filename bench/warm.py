@@ -68,7 +68,7 @@ async def direct_ttfb(gw: Gateway, model: str, text: str) -> float:
     )
     plan = gw.plan(req)
     t0 = time.perf_counter()
-    proc, prepared = await spawn(plan.launch, gw.launcher)
+    proc, prepared = await spawn(plan.launch, gw.launcher, gw.supervisor.limits.line_limit)
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(plan.call.stdin)

@@ -172,9 +172,10 @@ class Completion:
         fmt = req.response_format
         json_mode = answer is None and fmt is not None and fmt.type != "text"
         held: list[str] = []  # a response_format answer is checked whole before it is sent
+        size, limit = 0, self.supervisor.limits.max_answer_bytes
 
         def consume(cli_events: list[CliEvent]) -> list[AnswerEvent]:
-            nonlocal failure, truncated
+            nonlocal failure, truncated, size
             out: list[AnswerEvent] = []
             for ev in cli_events:
                 if isinstance(ev, Failure):
@@ -189,6 +190,18 @@ class Completion:
                         prompt_tokens_details=PromptTokensDetails(cached_tokens=ev.cached_tokens),
                     )
                 elif failure is None:
+                    size += (
+                        len(ev.text)
+                        if ev.text.isascii()
+                        else len(ev.text.encode("utf-8", "surrogatepass"))
+                    )
+                    if size > limit:
+                        run.stats.killed = "answer_too_large"  # the caller's exit kills it
+                        raise CliFailed(
+                            FailureKind.ANSWER_TOO_LARGE,
+                            f"the answer exceeded the gateway's limit of {limit} bytes "
+                            "(max_answer_bytes)",
+                        )
                     if answer is not None:
                         out.extend(rules.apply(answer.feed(ev.text)))
                     elif json_mode:

@@ -28,7 +28,6 @@ import psutil
 from .failures import CliMissing
 from .plan import LaunchSpec
 
-STDOUT_LIMIT = 64 * 1024 * 1024  # one stream-json line may carry a whole long answer
 _PR_SET_PDEATHSIG = 1
 
 
@@ -409,10 +408,11 @@ def remove_workdir(path: Path) -> None:
 
 
 async def spawn(
-    spec: LaunchSpec, launcher: Launcher
+    spec: LaunchSpec, launcher: Launcher, line_limit: int
 ) -> tuple[asyncio.subprocess.Process, Prepared]:
-    """Start the CLI of ``spec`` contained, in a new session (so its group can be killed).
-    The caller must ``cleanup()`` the returned ``Prepared`` once the process is reaped."""
+    """Start the CLI of ``spec`` contained, in a new session (so its group can be killed),
+    reading stdout lines of at most ``line_limit`` bytes. The caller must ``cleanup()`` the
+    returned ``Prepared`` once the process is reaped."""
     global _spawning
     binary = resolve_binary(spec.argv[0], spec.environ)
     prepared = launcher.prepare(spec, binary)
@@ -428,7 +428,7 @@ async def spawn(
             start_new_session=True,
             preexec_fn=prepared.preexec,
             pass_fds=prepared.pass_fds,
-            limit=STDOUT_LIMIT,
+            limit=line_limit,
         )
     except FileNotFoundError:
         prepared.cleanup()

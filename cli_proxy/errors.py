@@ -73,6 +73,7 @@ _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
     FailureKind.TIMEOUT: (504, "cli_timeout"),
     FailureKind.EMPTY_ANSWER: (502, "empty_answer"),
     FailureKind.OVERSIZED_OUTPUT: (502, "oversized_output"),
+    FailureKind.ANSWER_TOO_LARGE: (502, "answer_too_large"),
     FailureKind.INVALID_ANSWER: (502, "invalid_tool_call"),
     FailureKind.INVALID_JSON: (502, "invalid_json_answer"),
     FailureKind.CLI_ERROR: (502, "cli_error"),

@@ -21,6 +21,7 @@ class FailureKind(StrEnum):
     TIMEOUT = "timeout"  # the CLI (or upstream) timed out
     EMPTY_ANSWER = "empty_answer"  # the CLI finished without any answer text
     OVERSIZED_OUTPUT = "oversized_output"  # a CLI output line beyond the stream limit
+    ANSWER_TOO_LARGE = "answer_too_large"  # the answer grew beyond max_answer_bytes
     INVALID_ANSWER = "invalid_answer"  # e.g. only calls to functions the request does not offer
     INVALID_JSON = "invalid_json"  # a response_format answer with no (valid) JSON object
     CLI_ERROR = "cli_error"  # anything else the CLI reported or exited with

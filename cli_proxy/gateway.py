@@ -104,7 +104,7 @@ class Gateway:
         self.supervisor = Supervisor(
             max_concurrency=s.max_concurrency,
             max_queue=s.max_queue,
-            limits=Limits(s.timeout_s, s.idle_timeout_s, s.kill_grace_s),
+            limits=Limits(s.timeout_s, s.idle_timeout_s, s.kill_grace_s, s.max_answer_bytes),
         )
         home_paths = {n: backend_class(n).home_paths for n in names()}
         self.launcher = make_launcher(s.launcher, home_paths, s.work_root)

@@ -151,7 +151,7 @@ class WarmPool:
         """Start one spare; False when it could not be started (not retried in this fill)."""
         self._starting[spec] = self._starting.get(spec, 0) + 1
         try:
-            proc, prepared = await spawn(spec, self.launcher)
+            proc, prepared = await spawn(spec, self.launcher, self.supervisor.limits.line_limit)
         except Exception as exc:  # a call will cold-start and report it properly
             log.warning("warm_start_failed", backend=spec.backend, error=str(exc)[:200])
             self._starting[spec] -= 1

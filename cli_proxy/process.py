@@ -37,6 +37,13 @@ class Limits:
     timeout_s: float = 300.0
     idle_timeout_s: float = 120.0
     kill_grace_s: float = 3.0
+    max_answer_bytes: int = 8 * 1024 * 1024
+
+    @property
+    def line_limit(self) -> int:
+        """The longest stdout line read: a CLI may print the whole answer in one JSON line
+        (escaping adds a little). The reader buffers up to twice this per call."""
+        return 2 * self.max_answer_bytes + 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -301,7 +308,7 @@ async def started(
     ``spare`` if given, else a new process. On exit the tree is killed (if still running) and
     reaped, then the work dir is removed, whatever happened."""
     if spare is None:
-        proc, prepared = await spawn(spec, launcher)
+        proc, prepared = await spawn(spec, launcher, limits.line_limit)
         run = CliRun(proc, deadline, limits)
     else:
         proc, prepared = spare.proc, spare.prepared

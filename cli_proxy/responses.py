@@ -273,8 +273,15 @@ class ResponseBuilder:
             )
         ]
 
-    def finish(self, usage: Usage, finish_reason: str) -> list[dict[str, Any]]:
-        """Close the open item; ``self.final`` is then the whole Response."""
+    def finish(
+        self, usage: Usage, finish_reason: str, incomplete: set[int] | None = None
+    ) -> list[dict[str, Any]]:
+        """Close the open item; ``self.final`` is then the whole Response. Calls cut off
+        by the output limit (``incomplete``: their indexes) end ``incomplete`` and are left
+        out of the final output: a client must not run a half-made call."""
+        for index in incomplete or ():
+            if index in self._calls:
+                self._calls[index]["status"] = "incomplete"
         out = self._close()
         status: Status = "incomplete" if finish_reason == "length" else "completed"
         self.final = self.response(status, usage)
@@ -327,8 +334,10 @@ class ResponseBuilder:
         item, self._open = self._open, None
         if item is None:
             return []
-        item["status"] = "completed"
         idx = self._index(item)
+        if item["status"] == "incomplete":
+            return [self._event("response.output_item.done", output_index=idx, item=_copy(item))]
+        item["status"] = "completed"
         if item["type"] == "message":
             part = item["content"][0]
             return [
@@ -373,7 +382,9 @@ class ResponseBuilder:
             "created_at": self.created,
             "status": status,
             "model": self.req.model,
-            "output": [_copy(item) for item in self.output] if status != "in_progress" else [],
+            "output": [_copy(item) for item in self.output if not _cut_call(item)]
+            if status != "in_progress"
+            else [],
             "output_text": "".join(
                 c["text"] for it in self.output if it["type"] == "message" for c in it["content"]
             )
@@ -412,6 +423,10 @@ class ResponseBuilder:
             if status != "in_progress"
             else None,
         }
+
+
+def _cut_call(item: dict[str, Any]) -> bool:
+    return bool(item["type"] == "function_call" and item["status"] == "incomplete")
 
 
 def _failure_code(err: APIError) -> str:

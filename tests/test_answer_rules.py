@@ -76,6 +76,33 @@ async def test_a_cut_off_call_is_not_returned_as_a_finished_one(served: Served, 
 
 
 @pytest.mark.parametrize("model", MODELS)
+async def test_responses_api_leaves_a_cut_off_call_out(served: Served, model: str) -> None:
+    """The Responses API too: a cut-off answer is ``incomplete`` and its final output holds
+    no half-made ``function_call`` (the Agents SDK runs every call in the final output)."""
+    tool = {"type": "function", **WEATHER["function"]}
+    args: dict[str, Any] = {"model": model, "input": "go" + fake(answer=CUT), "tools": [tool]}
+    plain = await served.client.responses.create(**args)
+    assert plain.status == "incomplete"
+    assert plain.incomplete_details is not None
+    assert plain.incomplete_details.reason == "max_output_tokens"
+    assert not [item for item in plain.output if item.type == "function_call"]
+    final: Any = None
+    done_items: list[Any] = []
+    # (as with OpenAI, the stream ends in response.incomplete, not response.completed)
+    async for event in await served.client.responses.create(stream=True, **args):
+        if event.type == "response.output_item.done":
+            done_items.append(event.item)
+        if event.type == "response.function_call_arguments.done":
+            pytest.fail("a cut-off call was reported as done")
+        if event.type == "response.incomplete":
+            final = event.response
+    assert final is not None and final.status == "incomplete"
+    assert not [item for item in final.output if item.type == "function_call"]
+    calls = [item for item in done_items if item.type == "function_call"]
+    assert calls and all(item.status == "incomplete" for item in calls)
+
+
+@pytest.mark.parametrize("model", MODELS)
 async def test_parallel_false_returns_at_most_one_call(served: Served, model: str) -> None:
     tools = [WEATHER, TIME]
     plain, streamed = await both(served, model, TWO, tools=tools, parallel_tool_calls=False)

@@ -5,6 +5,7 @@ Raw aiohttp requests are used wherever the openai SDK would refuse to send the p
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -349,3 +350,38 @@ async def test_auth_with_sdk(serve: ServeFactory) -> None:
     finally:
         await bad.close()
         await good.close()
+
+
+@pytest.mark.parametrize("backend_model", [MODEL, "gemini-2.5-pro"])
+@pytest.mark.parametrize("stream", [False, True])
+async def test_answer_beyond_max_answer_bytes_is_refused_and_the_cli_killed(
+    serve: ServeFactory, backend_model: str, stream: bool
+) -> None:
+    """An answer that outgrows ``max_answer_bytes`` ends the call with 502 answer_too_large
+    (a real status before any answer byte; else an SSE error event) and the CLI is gone."""
+    s = await serve(max_answer_bytes=4096)
+    spec = fake(answer="x" * 1000, repeat=20, chunks=40, linger=30)  # 20 kB, 40 deltas
+    if not stream:
+        with pytest.raises(openai.APIStatusError) as info:
+            await s.client.chat.completions.create(model=backend_model, messages=user(spec))  # type: ignore[arg-type]
+        assert info.value.status_code == 502
+        body: Any = info.value.body
+        assert body["code"] == "answer_too_large"
+    else:
+        got = ""
+        with pytest.raises(openai.APIError) as sinfo:
+            stream_ = await s.client.chat.completions.create(
+                model=backend_model,
+                messages=user(spec),
+                stream=True,  # type: ignore[arg-type]
+            )
+            async for chunk in stream_:
+                if chunk.choices and chunk.choices[0].delta.content:
+                    got += chunk.choices[0].delta.content
+        assert "answer_too_large" in str(sinfo.value) or "max_answer_bytes" in str(sinfo.value)
+        assert len(got) <= 4096  # nothing beyond the limit was sent
+    for _ in range(100):  # the slot is freed once the killed CLI is reaped
+        if s.gateway.supervisor.running == 0:
+            break
+        await asyncio.sleep(0.05)
+    assert s.gateway.supervisor.running == 0
