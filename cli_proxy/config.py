@@ -88,6 +88,15 @@ class Settings(BaseSettings):
     max_answer_bytes: int = Field(default=8 * 1024 * 1024, ge=1024)
     """The model's answer (UTF-8 text and tool-call arguments) per call; beyond it the CLI is
     killed and the call fails with 502 ``answer_too_large``. Bounds the memory of a call."""
+    max_images: int = Field(default=20, ge=0)
+    max_image_bytes: int = Field(default=5 * 1024 * 1024, ge=1)
+    max_image_total_bytes: int = Field(default=12 * 1024 * 1024, ge=1)
+    image_fetch: bool = False
+    """Fetch ``http(s)`` image URLs (else 400: send a data URL). Never from private,
+    loopback or link-local addresses unless ``image_fetch_private``."""
+    image_fetch_private: bool = False
+    """Also fetch from private and loopback addresses (SSRF risk: trusted networks only)."""
+    image_fetch_timeout_s: float = Field(default=10.0, gt=0)
     header_timeout_s: float = Field(default=15.0, gt=0)
     """A request's line and headers must arrive within this long of its first byte."""
     body_timeout_s: float = Field(default=60.0, gt=0)

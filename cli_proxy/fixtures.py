@@ -9,6 +9,7 @@ so a replayed answer takes the same path as a live one.
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import json
 import os
@@ -49,7 +50,23 @@ class FixtureError(Exception):
 def normalized_request(req: ChatCompletionRequest) -> dict[str, Any]:
     """The parts of a request that decide the answer; sampling knobs and stream flags drop out."""
     data = req.model_dump(mode="json", exclude_none=True, include=set(_KEY_FIELDS))
+    for msg in data.get("messages", []):
+        for part in msg.get("content") if isinstance(msg.get("content"), list) else []:
+            image = part.get("image_url") if isinstance(part, dict) else None
+            if isinstance(image, dict) and str(image.get("url", "")).startswith("data:"):
+                image["url"] = "sha256:" + _image_digest(image["url"])
     return {k: data[k] for k in _KEY_FIELDS if k in data}
+
+
+def _image_digest(data_url: str) -> str:
+    """An inline image by the digest of its bytes (the prompt's ``<image sha256>``): fixtures
+    stay small and the key does not depend on how the base64 was wrapped."""
+    payload = data_url.partition(",")[2]
+    try:
+        raw = base64.b64decode(payload, validate=True)
+    except ValueError:
+        raw = data_url.encode("utf-8", "surrogatepass")
+    return hashlib.sha256(raw).hexdigest()
 
 
 def request_key(normalized: Mapping[str, Any]) -> str:

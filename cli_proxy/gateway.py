@@ -18,6 +18,7 @@ from .completion import Completion, LineSink
 from .config import Settings
 from .containment import Launcher, make_launcher
 from .errors import APIError
+from .images import FetchPolicy, ImageError, ImageLimits, PromptImage, extract, fetch_all
 from .plan import CallInput, LaunchSpec, Plan, ResponseIds
 from .pool import PoolSettings, WarmPool
 from .process import Limits
@@ -140,10 +141,22 @@ class Gateway:
             await self.pool.close()
         await self.supervisor.shutdown()
 
+    async def prepare(self, req: ChatCompletionRequest) -> ChatCompletionRequest:
+        """The I/O a request may need before it can be planned: its remote images fetched
+        (only when ``image_fetch`` allows; ``plan`` refuses them otherwise)."""
+        s = self.settings
+        policy = FetchPolicy(
+            s.image_fetch, s.image_fetch_private, s.image_fetch_timeout_s, s.max_image_bytes
+        )
+        try:
+            return await fetch_all(req, policy)
+        except ImageError as exc:
+            raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
+
     def plan(self, req: ChatCompletionRequest) -> Plan:
         """Everything decided before a process exists; APIError for a request that cannot run."""
         r = self._check(req)
-        prompt = self._prompt(req)
+        prompt = self._prompt(req, self._images(req, r))
         effort = req.reasoning_effort or self.settings.reasoning_effort
         launch = LaunchOptions(model=r.cli_model, effort=effort)
         target = self.source.target(req, r, launch)
@@ -198,8 +211,27 @@ class Gateway:
             )
         return r
 
-    def _prompt(self, req: ChatCompletionRequest) -> Prompt:
-        prompt = render(req, self.prompt_options)
+    def _images(self, req: ChatCompletionRequest, r: Route) -> dict[str, PromptImage]:
+        """The request's images, decoded and checked; 400 when the backend cannot take any."""
+        s = self.settings
+        limits = ImageLimits(s.max_images, s.max_image_bytes, s.max_image_total_bytes)
+        try:
+            images = extract(req, limits)
+        except ImageError as exc:
+            raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
+        if images and not backend_class(r.backend).accepts_images:
+            raise APIError(
+                400,
+                f"the {r.backend} backend cannot pass images to its model without opening its "
+                "sealed box; send this request to a model that takes images (claude-*), or "
+                "without images",
+                param="messages",
+                code="images_not_supported",
+            )
+        return images
+
+    def _prompt(self, req: ChatCompletionRequest, images: dict[str, PromptImage]) -> Prompt:
+        prompt = render(req, self.prompt_options, images)
         size = sum(map(len, prompt.blocks))
         if size > self.settings.max_prompt_chars:
             raise APIError(

@@ -9,12 +9,13 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from lxml import etree
 
+from .images import PromptImage
 from .protocol import (
     AssistantMessage,
     ChatCompletionRequest,
@@ -31,6 +32,10 @@ from .protocol import (
     UserMessage,
 )
 from .sanitize import sanitize
+
+# An image's place in a block: lxml escapes every "<" of client text, so only our own
+# <image> elements match.
+IMAGE_TAG = re.compile(r'<image n="(\d+)"[^>]*/>')
 
 # XML 1.0 cannot carry these code points at all; lxml refuses them.
 _XML_INVALID = re.compile("[^\t\n\r\x20-\ud7ff\ue000-\ufffd\U00010000-\U0010ffff]")
@@ -73,10 +78,28 @@ class Prompt:
     """
 
     blocks: tuple[str, ...]
+    images: tuple[PromptImage, ...] = ()
+    """Image ``n`` is ``images[n - 1]``; its ``<image n=.../>`` tag in a block marks where
+    it belongs. A backend that takes images sends each right after its tag."""
 
     @property
     def text(self) -> str:
         return "".join(self.blocks)
+
+    def pieces(self, index: int) -> list[str | PromptImage]:
+        """Block ``index`` as text and images in order (each tag stays in the text before
+        its image, so the model knows which image it is and where it belongs)."""
+        block = self.blocks[index]
+        if not self.images or "<image " not in block:
+            return [block]
+        out: list[str | PromptImage] = []
+        pos = 0
+        for m in IMAGE_TAG.finditer(block):
+            out += [block[pos : m.end()], self.images[int(m.group(1)) - 1]]
+            pos = m.end()
+        if pos < len(block):
+            out.append(block[pos:])
+        return out
 
     @property
     def cache_block(self) -> int | None:
@@ -100,8 +123,13 @@ def build_prompt(req: ChatCompletionRequest, options: PromptOptions | None = Non
     return render(req, options).text
 
 
-def render(req: ChatCompletionRequest, options: PromptOptions | None = None) -> Prompt:
-    """The prompt as blocks (see ``Prompt``)."""
+def render(
+    req: ChatCompletionRequest,
+    options: PromptOptions | None = None,
+    images: Mapping[str, PromptImage] | None = None,
+) -> Prompt:
+    """The prompt as blocks (see ``Prompt``). ``images`` (by URL, from ``images.extract``)
+    are placed where they occur; without them an image part is a text placeholder."""
     opts = options or PromptOptions()
     blocks: list[etree._Element] = []
     if tools_active(req):
@@ -115,13 +143,17 @@ def render(req: ChatCompletionRequest, options: PromptOptions | None = None) -> 
         text = "\n\n".join(t for t in texts if t)
         ctx.text = _xml_safe(sanitize(text) if opts.sanitize_system else text)
         blocks.append(ctx)
-    history, pending = _history([m for m in req.messages if not isinstance(m, SystemMessage)])
+    placed: list[PromptImage] = []
+    history, pending = _history(
+        [m for m in req.messages if not isinstance(m, SystemMessage)], images or {}, placed
+    )
     head = "".join(etree.tostring(b, encoding="unicode") + "\n\n" for b in blocks)
     turns = [etree.tostring(t, encoding="unicode") for t in history]
     tail = "</conversation_history>\n"
     if len(pending):
         tail += etree.tostring(pending, encoding="unicode") + "\n"
-    return Prompt((head + "<conversation_history>" + (history.text or ""), *turns, tail))
+    first = head + "<conversation_history>" + (history.text or "")
+    return Prompt((first, *turns, tail), tuple(placed))
 
 
 # ----------------------------------------------------------------- instructions
@@ -238,7 +270,9 @@ def _json_instructions(req: ChatCompletionRequest) -> etree._Element:
 # ---------------------------------------------------------------------- history
 
 
-def _history(messages: Sequence[Message]) -> tuple[etree._Element, etree._Element]:
+def _history(
+    messages: Sequence[Message], images: Mapping[str, PromptImage], placed: list[PromptImage]
+) -> tuple[etree._Element, etree._Element]:
     """The turns, and the calls no tool message answers (``<unanswered_calls>``, rendered
     after the history: whether a call is answered depends on later turns, and a turn must
     never change when the conversation grows)."""
@@ -251,19 +285,32 @@ def _history(messages: Sequence[Message]) -> tuple[etree._Element, etree._Elemen
     known: dict[str, str] = {}  # call id -> function name
     n = 0
 
-    def turn(role: str, text: str, **attrs: str) -> etree._Element:
+    def turn(role: str, text: str | Content, **attrs: str) -> etree._Element:
         nonlocal n
         n += 1
         el = etree.SubElement(hist, "turn", n=str(n), role=role)
         for key, value in attrs.items():
             el.set(key, _xml_safe(value))
-        el.text = _xml_safe(text)
+        segments = [text] if isinstance(text, str) else _segments(text, images)
+        el.text = ""
+        last: etree._Element | None = None
+        for seg in segments:
+            if isinstance(seg, str):
+                if last is None:
+                    el.text += _xml_safe(seg)
+                else:
+                    last.tail = (last.tail or "") + _xml_safe(seg)
+            else:
+                placed.append(seg)
+                last = etree.SubElement(
+                    el, "image", n=str(len(placed)), media_type=seg.media_type, sha256=seg.sha256
+                )
         el.tail = "\n"
         return el
 
     for msg in messages:
         if isinstance(msg, UserMessage):
-            turn("user", _flatten(msg.content))
+            turn("user", msg.content)
         elif isinstance(msg, AssistantMessage):
             text = _flatten(msg.content)
             calls = [(c.id, c.function.name, c.function.arguments) for c in msg.tool_calls or []]
@@ -284,9 +331,9 @@ def _history(messages: Sequence[Message]) -> tuple[etree._Element, etree._Elemen
         elif isinstance(msg, ToolMessage):
             called = known.get(msg.tool_call_id)
             if called is None:
-                turn("tool_result", _flatten(msg.content), id=msg.tool_call_id, orphan="true")
+                turn("tool_result", msg.content, id=msg.tool_call_id, orphan="true")
             else:
-                turn("tool_result", _flatten(msg.content), id=msg.tool_call_id, name=called)
+                turn("tool_result", msg.content, id=msg.tool_call_id, name=called)
         elif isinstance(msg, FunctionMessage):
             turn("tool_result", _flatten(msg.content), name=msg.name)
     return hist, pending
@@ -297,6 +344,27 @@ def _compact_args(arguments: str) -> str:
         return json.dumps(json.loads(arguments), ensure_ascii=False, separators=(",", ":"))
     except ValueError:
         return arguments
+
+
+def _segments(content: Content, images: Mapping[str, PromptImage]) -> list[str | PromptImage]:
+    """Content as text and images, in order: the flattened text, except that each image
+    part with a decoded image is the image itself (parts are joined by line breaks)."""
+    if not isinstance(content, list) or not any(
+        isinstance(p, ImagePart) and p.image_url.url in images for p in content
+    ):
+        return [_flatten(content)]
+    out: list[str | PromptImage] = []
+    text: list[str] = []
+    for i, part in enumerate(content):
+        sep = "\n" if i else ""
+        if isinstance(part, ImagePart) and part.image_url.url in images:
+            out.append("".join(text) + sep)
+            out.append(images[part.image_url.url])
+            text = []
+        else:
+            text.append(sep + _flatten([part]))
+    out.append("".join(text))
+    return out
 
 
 def _flatten(content: Content) -> str:

@@ -158,8 +158,19 @@ def _text(content: Any, index: int) -> str | list[dict[str, Any]]:
         elif kind == "refusal":
             parts.append({"type": "text", "text": str(part.get("refusal", ""))})
         elif kind == "input_image":
-            url = part.get("image_url") or part.get("file_id") or ""
-            parts.append({"type": "image_url", "image_url": {"url": str(url)}})
+            url = part.get("image_url")
+            if not isinstance(url, str) or not url:
+                raise APIError(
+                    400,
+                    "input_image needs image_url (a data URL, or an http(s) URL when the "
+                    "gateway fetches images); file_id is not supported: there is no Files API",
+                    param=f"input[{index}].content",
+                    code="invalid_image",
+                )
+            image: dict[str, Any] = {"url": url}
+            if isinstance(part.get("detail"), str):
+                image["detail"] = part["detail"]
+            parts.append({"type": "image_url", "image_url": image})
         else:
             parts.append({"type": str(kind)})
     return parts

@@ -205,9 +205,9 @@ async def parse_request(request: web.Request) -> ChatCompletionRequest:
     return validated(ChatCompletionRequest, await read_json(request))
 
 
-def start(gw: Gateway, req: ChatCompletionRequest, api: str) -> tuple[Completion, Logger]:
+async def start(gw: Gateway, req: ChatCompletionRequest, api: str) -> tuple[Completion, Logger]:
     """The planned completion and the request's logger."""
-    plan = gw.plan(req)
+    plan = gw.plan(await gw.prepare(req))
     logger = log.bind(
         request_id=uuid.uuid4().hex[:12],
         api=api,
@@ -253,7 +253,7 @@ async def run_logged(
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = await parse_request(request)
-    completion, logger = start(request.app[GATEWAY], req, "chat")
+    completion, logger = await start(request.app[GATEWAY], req, "chat")
 
     async def deliver() -> web.StreamResponse:
         if req.stream:
@@ -267,7 +267,7 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 async def responses(request: web.Request) -> web.StreamResponse:
     rreq = validated(ResponsesRequest, await read_json(request))
     req = to_chat_request(rreq)
-    completion, logger = start(request.app[GATEWAY], req, "responses")
+    completion, logger = await start(request.app[GATEWAY], req, "responses")
     ids = completion.plan.call.ids
     builder = ResponseBuilder(rreq, req, ids.completion_id, ids.created)
 

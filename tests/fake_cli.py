@@ -24,6 +24,8 @@ the prompt (XML-escaped, so it is unescaped first):
   escape      with child: the grandchild escapes the CLI's session ("setsid") or is
               re-parented by a double fork ("double_fork")
   echo_prompt answer with the prompt itself (round-trip tests)
+  echo_blocks claude only: answer with the stdin message's content blocks, as JSON: text
+              blocks as {"text": ...}, image blocks as {"image": media_type, "sha256": ...}
   split_bytes write every output line in pieces of this many bytes, flushing (and pausing
               1 ms) after each: lines and UTF-8 characters arrive cut at byte boundaries
   cached      prompt tokens the model API read from its cache (claude
@@ -36,6 +38,8 @@ Only the standard library: it runs with whatever python3 is on PATH.
 
 from __future__ import annotations
 
+import base64
+import hashlib
 import html
 import json
 import os
@@ -43,6 +47,21 @@ import subprocess
 import sys
 import time
 import uuid
+
+
+def stream_json_blocks(data: str) -> list[dict[str, str]]:
+    """The content blocks of a stream-json stdin, images by digest (echo_blocks)."""
+    out: list[dict[str, str]] = []
+    for line in data.splitlines():
+        if line.strip():
+            for b in json.loads(line)["message"]["content"]:
+                if b.get("type") == "image":
+                    raw = base64.b64decode(b["source"]["data"])
+                    digest = hashlib.sha256(raw).hexdigest()
+                    out.append({"image": b["source"]["media_type"], "sha256": digest})
+                else:
+                    out.append({"text": b["text"]})
+    return out
 
 
 def stream_json_prompt(data: str) -> str:
@@ -279,9 +298,9 @@ def main() -> int:
     # like the real CLIs (Node's JSON.stringify): raw UTF-8 out, whatever the locale
     sys.stdin.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     sys.stdout.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
-    prompt = sys.stdin.read()
+    prompt = raw = sys.stdin.read()
     if "--input-format" in sys.argv and "stream-json" in sys.argv:
-        prompt = stream_json_prompt(prompt)
+        prompt = stream_json_prompt(raw)
     spec = directive(prompt)
     if spec.get("child"):
         sleep = f"time.sleep({float(spec['child'])})"  # type: ignore[arg-type]
@@ -298,6 +317,8 @@ def main() -> int:
         sys.stderr.flush()
     if "answer" in spec:
         answer = str(spec["answer"])
+    elif spec.get("echo_blocks"):
+        answer = json.dumps(stream_json_blocks(raw))
     elif spec.get("echo_prompt"):
         wrap = "<json_format>" in prompt and "tool_call" in prompt
         answer = json.dumps({"tool_call": None, "response": prompt}) if wrap else prompt

@@ -2,7 +2,9 @@
 
 from __future__ import annotations
 
+import base64
 import json
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -280,6 +282,11 @@ async def test_missing_binary_is_503(serve: ServeFactory) -> None:
     assert "not found" in str(info.value)
 
 
+PNG_URL = "data:image/png;base64," + base64.b64encode(
+    (Path(__file__).parent / "data" / "images" / "red-8x8.png").read_bytes()
+).decode()
+
+
 async def test_content_parts_and_history(served: Served) -> None:
     r = await served.client.chat.completions.create(
         model="claude-sonnet-4-6",
@@ -289,7 +296,7 @@ async def test_content_parts_and_history(served: Served) -> None:
                 "role": "user",
                 "content": [
                     {"type": "text", "text": "look"},
-                    {"type": "image_url", "image_url": {"url": "data:x"}},
+                    {"type": "image_url", "image_url": {"url": PNG_URL}},
                 ],
             },
             {
@@ -310,7 +317,7 @@ async def test_content_parts_and_history(served: Served) -> None:
     )
     prompt = r.choices[0].message.content or ""
     assert "The assistant is a helpful agent." in prompt
-    assert "[image omitted" in prompt
+    assert '<image n="1" media_type="image/png" sha256="' in prompt  # the image follows it
     assert 'get_weather({"city":"Oslo"})' in prompt
     assert 'role="tool_result" id="call_a" name="get_weather">rain<' in prompt
 

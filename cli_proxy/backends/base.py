@@ -67,6 +67,9 @@ class Backend(ABC):
     warm_prefix: ClassVar[bytes] = b""
     """Bytes a pre-started process gets at spawn to keep waiting for its prompt (gemini gives
     up when nothing arrives soon); ``encode_prompt`` output always starts with them."""
+    accepts_images: ClassVar[bool] = False
+    """True when ``encode_prompt`` sends ``Prompt.images`` to the model; for the others a
+    request with images is refused (400) rather than answered blind."""
     env_allow: ClassVar[tuple[str, ...]] = ()
     """Variables (a trailing ``*`` matches a prefix) the CLI needs beyond ``COMMON_ENV``: its
     auth, base-URL and behaviour variables. Nothing else of the gateway's environment

@@ -48,6 +48,7 @@ class ClaudeBackend(Backend):
     model_prefixes = ("claude-",)
     aliases = ("sonnet", "opus", "haiku")
     home_paths = (".claude", ".claude.json", ".config/claude")
+    accepts_images = True  # stream-json image blocks, in place
     known_models = (
         "claude-sonnet-4-6",
         "claude-opus-4-6",
@@ -126,14 +127,29 @@ class ClaudeBackend(Backend):
         return env
 
     def encode_prompt(self, prompt: Prompt) -> bytes:
-        """One stream-json user message whose content blocks are the prompt's blocks, with a
+        """One stream-json user message whose content blocks are the prompt's blocks (a block
+        with images: its text and image blocks in order, each image right after its tag), with a
         cache breakpoint on the last turn: the CLI puts its own on the last block (the
         history's close, which the next call does not repeat), so without ours the next call
         of the conversation could never read this one's prefix from the cache. The CLI sets
         two more on its system prompt: four in all, the API's maximum."""
-        blocks: list[dict[str, Any]] = [{"type": "text", "text": b} for b in prompt.blocks]
-        if prompt.cache_block is not None:
-            blocks[prompt.cache_block]["cache_control"] = {"type": "ephemeral"}
+        blocks: list[dict[str, Any]] = []
+        for i in range(len(prompt.blocks)):
+            for piece in prompt.pieces(i):
+                blocks.append(
+                    {"type": "text", "text": piece}
+                    if isinstance(piece, str)
+                    else {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": piece.media_type,
+                            "data": piece.base64,
+                        },
+                    }
+                )
+            if i == prompt.cache_block:  # on the turn's last piece: the whole turn is cached
+                blocks[-1]["cache_control"] = {"type": "ephemeral"}
         message = {"type": "user", "message": {"role": "user", "content": blocks}}
         return json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n"
 
