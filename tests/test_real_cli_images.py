@@ -1,0 +1,132 @@
+"""Images through the REAL claude binary (issue #14): a PNG and a JPEG, from a user turn and
+from a tool result, arrive at the model API as image blocks in their places; gemini, which
+has no stdin channel for images, is refused with a 400 before any process starts.
+
+Set ``CLI_PROXY_CAPTURE_DIR`` to keep the upstream request bodies (tests/data/real-cli/
+holds the captures of the pinned version)."""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from .conftest import fake
+from .test_real_cli import GEMINI, RealCLIs, real  # noqa: F401  (the fixture)
+
+IMAGES = Path(__file__).parent / "data" / "images"
+PNG = (IMAGES / "red-8x8.png").read_bytes()
+JPEG = (IMAGES / "blue-8x8.jpg").read_bytes()
+CLAUDE = "claude-sonnet-4-6"
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(60)]
+
+
+def data_url(raw: bytes, media_type: str) -> str:
+    return f"data:{media_type};base64," + base64.b64encode(raw).decode()
+
+
+def image_part(raw: bytes, media_type: str) -> dict[str, Any]:
+    return {"type": "image_url", "image_url": {"url": data_url(raw, media_type)}}
+
+
+def upstream_blocks(real: RealCLIs, capture: str) -> list[dict[str, Any]]:
+    """The content blocks of the last user message the CLI sent to the model API."""
+    reqs = real.model_requests()
+    assert len(reqs) == 1, [r["path"] for r in real.api.requests]
+    body = reqs[0]["body"]
+    target = os.environ.get("CLI_PROXY_CAPTURE_DIR")
+    if target:
+        Path(target, capture).write_text(json.dumps(body, indent=1) + "\n")
+    user_msgs = [m for m in body["messages"] if m["role"] == "user"]
+    return list(user_msgs[-1]["content"])
+
+
+def images_in_order(blocks: list[dict[str, Any]]) -> list[tuple[str, bytes, str]]:
+    """(media type, bytes, the text just before) for every image block."""
+    out = []
+    for i, b in enumerate(blocks):
+        if b.get("type") == "image":
+            before = blocks[i - 1].get("text", "") if i else ""
+            out.append((b["source"]["media_type"], base64.b64decode(b["source"]["data"]), before))
+    return out
+
+
+async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: RealCLIs) -> None:
+    r = await real.client.chat.completions.create(
+        model=CLAUDE,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "a red square:"},
+                    image_part(PNG, "image/png"),  # type: ignore[list-item]
+                    {"type": "text", "text": "and a blue one:"},
+                    image_part(JPEG, "image/jpeg"),  # type: ignore[list-item]
+                    {"type": "text", "text": "colours?" + fake(answer="red and blue")},
+                ],
+            }
+        ],
+    )
+    assert r.choices[0].message.content == "red and blue"
+    blocks = upstream_blocks(real, "claude-image-user-turn.request.json")
+    got = images_in_order(blocks)
+    assert [(t, raw) for t, raw, _ in got] == [("image/png", PNG), ("image/jpeg", JPEG)]
+    assert got[0][2].endswith('media_type="image/png" sha256="%s"/>' % _sha(PNG))
+    assert "a red square:" in got[0][2] and "and a blue one:" in got[1][2]
+
+
+async def test_tool_result_image_arrives_as_an_image_block(real: RealCLIs) -> None:
+    shot = {
+        "type": "function",
+        "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}},
+    }
+    r = await real.client.chat.completions.create(
+        model=CLAUDE,
+        tools=[shot],  # type: ignore[list-item]
+        messages=[
+            {"role": "user", "content": "take a screenshot"},
+            {
+                "role": "assistant",
+                "content": None,
+                "tool_calls": [
+                    {
+                        "id": "c1",
+                        "type": "function",
+                        "function": {"name": "screenshot", "arguments": "{}"},
+                    }
+                ],
+            },
+            {"role": "tool", "tool_call_id": "c1", "content": [image_part(JPEG, "image/jpeg")]},  # type: ignore[list-item]
+            {
+                "role": "user",
+                "content": "and now?" + fake(answer='{"tool_call":null,"response":"blue"}'),
+            },
+        ],
+    )
+    assert r.choices[0].message.content == "blue"
+    got = images_in_order(upstream_blocks(real, "claude-image-tool-result.request.json"))
+    assert [(t, raw) for t, raw, _ in got] == [("image/jpeg", JPEG)]
+    assert 'role="tool_result"' in got[0][2] and 'name="screenshot"' in got[0][2]
+
+
+async def test_gemini_images_are_refused_before_any_process(real: RealCLIs) -> None:
+    with pytest.raises(openai.BadRequestError) as info:
+        await real.client.chat.completions.create(
+            model=GEMINI,
+            messages=[{"role": "user", "content": [image_part(PNG, "image/png")]}],  # type: ignore[list-item]
+        )
+    body: Any = info.value.body
+    assert body["code"] == "images_not_supported" and "gemini" in body["message"]
+    assert real.model_requests() == []
+
+
+def _sha(raw: bytes) -> str:
+    import hashlib
+
+    return hashlib.sha256(raw).hexdigest()
