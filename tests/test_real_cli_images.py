@@ -17,7 +17,8 @@ import openai
 import pytest
 
 from .conftest import fake
-from .test_real_cli import GEMINI, RealCLIs, real  # noqa: F401  (the fixture)
+from .test_real_cli import GEMINI, RealCLIs
+from .test_real_cli import real as _real_fixture  # noqa: F401  (registers the `real` fixture)
 
 IMAGES = Path(__file__).parent / "data" / "images"
 PNG = (IMAGES / "red-8x8.png").read_bytes()
@@ -77,7 +78,7 @@ async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: Real
     blocks = upstream_blocks(real, "claude-image-user-turn.request.json")
     got = images_in_order(blocks)
     assert [(t, raw) for t, raw, _ in got] == [("image/png", PNG), ("image/jpeg", JPEG)]
-    assert got[0][2].endswith('media_type="image/png" sha256="%s"/>' % _sha(PNG))
+    assert got[0][2].endswith(f'media_type="image/png" sha256="{_sha(PNG)}"/>')
     assert "a red square:" in got[0][2] and "and a blue one:" in got[1][2]
 
 
