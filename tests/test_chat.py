@@ -282,9 +282,12 @@ async def test_missing_binary_is_503(serve: ServeFactory) -> None:
     assert "not found" in str(info.value)
 
 
-PNG_URL = "data:image/png;base64," + base64.b64encode(
-    (Path(__file__).parent / "data" / "images" / "red-8x8.png").read_bytes()
-).decode()
+PNG_URL = (
+    "data:image/png;base64,"
+    + base64.b64encode(
+        (Path(__file__).parent / "data" / "images" / "red-8x8.png").read_bytes()
+    ).decode()
+)
 
 
 async def test_content_parts_and_history(served: Served) -> None:

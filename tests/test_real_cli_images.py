@@ -17,8 +17,9 @@ import openai
 import pytest
 
 from .conftest import fake
-from .test_real_cli import GEMINI, RealCLIs
-from .test_real_cli import real as _real_fixture  # noqa: F401  (registers the `real` fixture)
+
+# `real` is the real-CLI fixture; the tests' parameters of that name are its uses (F811)
+from .test_real_cli import GEMINI, RealCLIs, real  # noqa: F401
 
 IMAGES = Path(__file__).parent / "data" / "images"
 PNG = (IMAGES / "red-8x8.png").read_bytes()
@@ -36,7 +37,7 @@ def image_part(raw: bytes, media_type: str) -> dict[str, Any]:
     return {"type": "image_url", "image_url": {"url": data_url(raw, media_type)}}
 
 
-def upstream_blocks(real: RealCLIs, capture: str) -> list[dict[str, Any]]:
+def upstream_blocks(real: RealCLIs, capture: str) -> list[dict[str, Any]]:  # noqa: F811
     """The content blocks of the last user message the CLI sent to the model API."""
     reqs = real.model_requests()
     assert len(reqs) == 1, [r["path"] for r in real.api.requests]
@@ -58,7 +59,7 @@ def images_in_order(blocks: list[dict[str, Any]]) -> list[tuple[str, bytes, str]
     return out
 
 
-async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: RealCLIs) -> None:
+async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: RealCLIs) -> None:  # noqa: F811
     r = await real.client.chat.completions.create(
         model=CLAUDE,
         messages=[
@@ -82,7 +83,7 @@ async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: Real
     assert "a red square:" in got[0][2] and "and a blue one:" in got[1][2]
 
 
-async def test_tool_result_image_arrives_as_an_image_block(real: RealCLIs) -> None:
+async def test_tool_result_image_arrives_as_an_image_block(real: RealCLIs) -> None:  # noqa: F811
     shot = {
         "type": "function",
         "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}},
@@ -116,7 +117,7 @@ async def test_tool_result_image_arrives_as_an_image_block(real: RealCLIs) -> No
     assert 'role="tool_result"' in got[0][2] and 'name="screenshot"' in got[0][2]
 
 
-async def test_gemini_images_are_refused_before_any_process(real: RealCLIs) -> None:
+async def test_gemini_images_are_refused_before_any_process(real: RealCLIs) -> None:  # noqa: F811
     with pytest.raises(openai.BadRequestError) as info:
         await real.client.chat.completions.create(
             model=GEMINI,
