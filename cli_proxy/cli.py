@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 import asyncio
 import contextlib
+import ctypes
+import ctypes.util
 import os
 import shutil
 import signal
@@ -108,6 +110,15 @@ def make_gateway(settings: Settings) -> tuple[Gateway, str]:
     return gateway, mode
 
 
+def _return_large_buffers_to_the_os() -> None:
+    """glibc keeps freed multi-MB buffers (a large answer's lines and copies) in its heap
+    once its adaptive mmap threshold has grown; fixing the threshold at 1 MiB makes every
+    buffer that large its own mapping, returned when freed. Measured in bench/memory.py:
+    after four 7.5 MB answers the gateway kept 59 MiB above idle without this, 30 with it."""
+    with contextlib.suppress(OSError, AttributeError):
+        ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6").mallopt(-3, 1024 * 1024)
+
+
 def _watch_children_with_pidfds() -> None:
     """Python 3.11 waits for each child in a thread of its own (ThreadedChildWatcher); a
     pidfd watcher needs none: ~2 ms less latency and CPU per call (docs/performance.md).
@@ -125,6 +136,7 @@ def _watch_children_with_pidfds() -> None:
 
 async def serve(settings: Settings) -> None:
     _watch_children_with_pidfds()
+    _return_large_buffers_to_the_os()
     enable_subreaper()
     gateway, mode = make_gateway(settings)
     log.info("starting", mode=mode, containment=gateway.launcher.describe())
