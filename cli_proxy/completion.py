@@ -19,7 +19,7 @@ from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
 from .plan import Plan, new_call_id
 from .pool import WarmPool
-from .process import LINGER_GRACE_S, CliRun, RunStats, started
+from .process import FAILED_GRACE_S, LINGER_GRACE_S, CliRun, RunStats, started
 from .protocol import (
     ChatCompletion,
     Choice,
@@ -219,7 +219,10 @@ class Completion:
                 yield out
             if parser.done:  # the result is in: a CLI that lingers does not hold the answer
                 break
-        code = await run.wait(LINGER_GRACE_S if parser.done else None)
+        # done: the CLI gets a short grace to exit; done with a failure, almost none (codex
+        # asks the model again and again after a refused tool call until it is killed)
+        grace = (FAILED_GRACE_S if failure is not None else LINGER_GRACE_S) if parser.done else None
+        code = await run.wait(grace)
         if run.stats.killed == "lingered":
             code = 0  # killed by us after a complete result: not the CLI's failure
         for out in consume(parser.finish(code, run.stderr)):

@@ -422,7 +422,7 @@ async def spawn(
             *prepared.argv,
             stdin=asyncio.subprocess.PIPE,
             stdout=asyncio.subprocess.PIPE,
-            stderr=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.STDOUT if spec.merge_stderr else asyncio.subprocess.PIPE,
             cwd=prepared.cwd,
             env=prepared.env,
             start_new_session=True,

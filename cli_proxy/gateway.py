@@ -82,6 +82,7 @@ class LiveBackends:
             backend.workdir_files(launch),
             backend.private_home(os.environ.get("HOME") or os.path.expanduser("~")),
             warm_prefix=backend.warm_prefix,
+            merge_stderr=backend.merge_stderr,
         )
         return Target(spec, backend.encode_prompt, backend.new_parser)
 

@@ -49,6 +49,7 @@ class LaunchSpec:
     home: PrivateHome | None = None  # None: the CLI uses the real HOME (its state paths only)
     read_paths: tuple[str, ...] = ()  # host files the process must read (a sandbox shows them)
     warm_prefix: bytes = b""  # written at spawn; every call's stdin starts with it
+    merge_stderr: bool = False  # stderr joins stdout: the parser reads both, in order
 
     @classmethod
     def make(
@@ -60,9 +61,19 @@ class LaunchSpec:
         home: PrivateHome | None = None,
         read_paths: tuple[str, ...] = (),
         warm_prefix: bytes = b"",
+        merge_stderr: bool = False,
     ) -> LaunchSpec:
         env_pairs = tuple(sorted(env.items()))
-        return cls(backend, tuple(argv), env_pairs, workdir_files, home, read_paths, warm_prefix)
+        return cls(
+            backend,
+            tuple(argv),
+            env_pairs,
+            workdir_files,
+            home,
+            read_paths,
+            warm_prefix,
+            merge_stderr,
+        )
 
     @property
     def environ(self) -> dict[str, str]:

@@ -53,17 +53,23 @@ class Spare:
         self._drain = asyncio.create_task(self._read_stderr())
 
     async def _read_stderr(self) -> None:
-        assert self.proc.stderr is not None
+        if self.proc.stderr is None:  # merged into stdout
+            return
         while chunk := await self.proc.stderr.read(65536):
             self.stderr += chunk[: max(0, 65536 - len(self.stderr))]
 
     def usable(self) -> bool:
-        """Alive, and silent on stdout: a CLI that printed before its prompt is not trusted."""
+        """Alive, and silent on stdout: a CLI that printed before its prompt is not trusted.
+        With stderr merged into stdout, a banner (codex: "Reading prompt from stdin...") is
+        allowed, not a JSON event; it stays in the stream for the parser."""
         stdout = self.proc.stdout
         if self.proc.returncode is not None or stdout is None or stdout.at_eof():
             return False
         # StreamReader has no public peek; its buffer holds what arrived and was not read
-        return not getattr(stdout, "_buffer", b"")
+        pending = bytes(getattr(stdout, "_buffer", b""))
+        if self.spec.merge_stderr:
+            return not any(line.lstrip().startswith(b"{") for line in pending.splitlines())
+        return not pending
 
     async def handed_over(self) -> bytes:
         """Stop reading stderr here (the run reads it from now on); what came so far."""

@@ -30,6 +30,7 @@ _STDERR_KEEP = 64 * 1024
 _POLL_S = 0.05
 _PIPE_GRACE_S = 1.0  # after the CLI exited: how long its pipes may stay open
 LINGER_GRACE_S = 2.0  # after the CLI's result: how long it may take to exit
+FAILED_GRACE_S = 0.2  # after a result that says the call failed
 
 
 @dataclass(slots=True)
@@ -109,7 +110,8 @@ class CliRun:
 
     async def _drain_stderr(self) -> None:
         stream = self.proc.stderr
-        assert stream is not None
+        if stream is None:  # merged into stdout: the parser reads it
+            return
         while chunk := await stream.read(65536):
             self._stderr += chunk
             if len(self._stderr) > 2 * _STDERR_KEEP:

@@ -67,6 +67,10 @@ class Backend(ABC):
     warm_prefix: ClassVar[bytes] = b""
     """Bytes a pre-started process gets at spawn to keep waiting for its prompt (gemini gives
     up when nothing arrives soon); ``encode_prompt`` output always starts with them."""
+    merge_stderr: ClassVar[bool] = False
+    """True when the CLI says something the call depends on only on stderr (codex: the
+    model called a disabled tool): stderr is then joined to stdout, in order, and the
+    parser sees its lines as they come (non-JSON lines)."""
     accepts_images: ClassVar[bool] = False
     """True when ``encode_prompt`` sends ``Prompt.images`` to the model; for the others a
     request with images is refused (400) rather than answered blind."""
