@@ -11,11 +11,13 @@ ARGS   ?=
 CLIS           ?= pinned
 CLAUDE_VERSION ?= 2.1.197
 GEMINI_VERSION ?= 0.61.0
+CODEX_VERSION  ?= 0.169.0
 ifeq ($(CLIS),latest)
 CLAUDE_VERSION := $(shell npm view @anthropic-ai/claude-code version 2>/dev/null || echo latest)
 GEMINI_VERSION := $(shell npm view @google/gemini-cli version 2>/dev/null || echo latest)
+CODEX_VERSION  := $(shell npm view @openai/codex version 2>/dev/null || echo latest)
 endif
-CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)
+CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
 .PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox clean
 
@@ -72,8 +74,9 @@ sandbox:
 $(CLI_DIR)/node_modules/.bin/claude:
 	command -v npm >/dev/null
 	npm install --silent --no-audit --no-fund --prefix $(CLI_DIR) \
-		@anthropic-ai/claude-code@$(CLAUDE_VERSION) @google/gemini-cli@$(GEMINI_VERSION)
-	test -x $@
+		@anthropic-ai/claude-code@$(CLAUDE_VERSION) @google/gemini-cli@$(GEMINI_VERSION) \
+		@openai/codex@$(CODEX_VERSION)
+	test -x $@ && test -x $(@D)/gemini && test -x $(@D)/codex
 
 test-real: $(STAMP) real-clis
 	CLI_PROXY_REAL_CLI_DIR=$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -m realcli

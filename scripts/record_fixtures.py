@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Re-record ``fixtures/`` from the REAL claude and gemini CLIs, offline.
+"""Re-record ``fixtures/`` from the REAL claude, gemini and codex CLIs, offline.
 
     python scripts/record_fixtures.py --cli-dir .cli/<versions>/node_modules/.bin --out fixtures
 
@@ -7,14 +7,16 @@
 
 1. deletes the old ``*.json`` fixtures in ``--out``;
 2. starts ``tests/fake_model_api.py`` on 127.0.0.1 (a free port): the model API both CLIs
-   talk to, scripted by an ``@@fake {json}`` directive in the prompt;
+   talk to (codex through its OpenAI Responses endpoint), scripted by an ``@@fake {json}``
+   directive in the prompt;
 3. makes a temporary ``HOME`` (with ``~/.gemini/settings.json`` selecting API-key auth);
 4. starts the gateway as a subprocess, ``python -m cli_proxy serve --port 0 --record OUT
-   --claude-bin DIR/claude --gemini-bin DIR/gemini``, with an environment of only ``PATH``,
-   that ``HOME`` and loopback-pointing model API settings (``ANTHROPIC_BASE_URL``,
-   ``GOOGLE_GEMINI_BASE_URL``, dummy keys), so the CLIs reach nothing but 127.0.0.1;
+   --claude-bin DIR/claude --gemini-bin DIR/gemini --codex-bin DIR/codex``, with an
+   environment of only ``PATH``, that ``HOME`` and loopback-pointing model API settings
+   (``ANTHROPIC_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``, ``CLI_PROXY_CODEX__BASE_URL``, dummy
+   keys), so the CLIs reach nothing but 127.0.0.1;
 5. sends the requests in ``CASES`` to it with the official ``openai`` SDK, for
-   ``claude-sonnet-4-6`` and ``gemini-2.5-flash``, one at a time (so the recorded
+   ``claude-sonnet-4-6``, ``gemini-2.5-flash`` and ``gpt-5.5``, one at a time (so the recorded
    timings are those of an unloaded machine); the gateway's ``--record`` writes one
    fixture per CLI run, errors included;
 6. stops the gateway and the fake API, scrubs the temporary ``HOME`` path and the fake
@@ -47,6 +49,7 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from cli_proxy.backends import backend_class, names  # noqa: E402
 from cli_proxy.fixtures import (  # noqa: E402
     FixtureStore,
     load_fixture,
@@ -54,10 +57,11 @@ from cli_proxy.fixtures import (  # noqa: E402
     request_key,
 )
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
+from cli_proxy.routing import route  # noqa: E402
 
 FAKE_API = ROOT / "tests" / "fake_model_api.py"
-MODELS = ("claude-sonnet-4-6", "gemini-2.5-flash")
-API_KEY = "test"  # the dummy key both CLIs send to the fake API; must never reach a fixture
+MODELS = ("claude-sonnet-4-6", "gemini-2.5-flash", "gpt-5.5")
+API_KEY = "test"  # the dummy key the CLIs send to the fake API; must never reach a fixture
 HOME_PLACEHOLDER = "$HOME"
 PORT_PLACEHOLDER = "PORT"  # as docs/real-clis.md writes it
 
@@ -159,17 +163,17 @@ def cases() -> list[Case]:
         ),
         Case(
             "overloaded",
-            "say hi, upstream 529 (claude) / 503 (gemini) -> gateway 503",
+            "say hi, upstream 529 (claude) / 503 (gemini, codex) -> gateway 503",
             {},  # filled per backend below
             expect_error=openai.InternalServerError,
-            upstream_status={"claude": 529, "gemini": 503},
+            upstream_status={"claude": 529, "gemini": 503, "codex": 503},
         ),
         Case(
             "rate-limit",
             "say hi, upstream 429 -> gateway 429",
             {},
             expect_error=openai.RateLimitError,
-            upstream_status={"claude": 429, "gemini": 429},
+            upstream_status={"claude": 429, "gemini": 429, "codex": 429},
         ),
     ]
 
@@ -227,6 +231,8 @@ def start_gateway(
         "CLAUDE_CODE_MAX_RETRIES": "0",  # record a failure as one request, not ten
         "GEMINI_API_KEY": API_KEY,
         "GOOGLE_GEMINI_BASE_URL": fake_url,
+        "CODEX_API_KEY": API_KEY,
+        "CLI_PROXY_CODEX__BASE_URL": fake_url + "/v1",  # the gateway's own setting
         "PYTHONPATH": str(ROOT),
     }
     log = tmp / "gateway.log"
@@ -245,6 +251,8 @@ def start_gateway(
         str(cli_dir / "claude"),
         "--gemini-bin",
         str(cli_dir / "gemini"),
+        "--codex-bin",
+        str(cli_dir / "codex"),
         "--max-concurrency",
         "2",
         "--timeout",
@@ -290,8 +298,13 @@ class Recorded:
 def fixture_name(model: str, body: dict[str, Any]) -> tuple[str, str]:
     req = ChatCompletionRequest.model_validate({"model": model, **body})
     key = request_key(normalized_request(req))
-    backend = "claude" if model.startswith("claude") else "gemini"
-    return key, f"{backend}-{model}-{key[:12]}.json"
+    return key, f"{backend_of(model)}-{model}-{key[:12]}.json"
+
+
+def backend_of(model: str) -> str:
+    found = route(model, {n: backend_class(n) for n in names()})
+    assert found is not None, model
+    return found.backend
 
 
 def send(client: openai.OpenAI, case: Case, model: str, body: dict[str, Any]) -> str:
@@ -338,8 +351,10 @@ def leaks(path: Path, forbidden: list[str]) -> list[str]:
     text = path.read_text(encoding="utf-8")
     data = json.loads(text)
     found = [s for s in forbidden if s in text]
-    for arg in data.get("argv", []):
-        if arg == API_KEY or "=" in arg or "API_KEY" in arg:
+    args = data.get("argv", [])
+    for before, arg in zip(["", *args], args, strict=False):
+        # codex's --config key=value overrides are the gateway's own sealing settings
+        if arg == API_KEY or ("=" in arg and before != "--config") or "API_KEY" in arg:
             found.append(f"argv element {arg!r}")
     if f'"{API_KEY}"' in text or "x-api-key" in text or "x-goog-api-key" in text:
         found.append("an API key value or header")
@@ -348,12 +363,12 @@ def leaks(path: Path, forbidden: list[str]) -> list[str]:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
-    ap.add_argument("--cli-dir", type=Path, required=True, help="folder with claude and gemini")
+    ap.add_argument("--cli-dir", type=Path, required=True, help="folder with the three CLIs")
     ap.add_argument("--out", type=Path, default=ROOT / "fixtures", help="fixture folder")
     args = ap.parse_args(argv)
     cli_dir: Path = args.cli_dir.resolve()
     out: Path = args.out.resolve()
-    for name in ("claude", "gemini"):
+    for name in ("claude", "gemini", "codex"):
         if not os.access(cli_dir / name, os.X_OK):
             print(f"record_fixtures: {cli_dir / name} not found (make real-clis)", file=sys.stderr)
             return 2
@@ -383,7 +398,7 @@ def main(argv: list[str] | None = None) -> int:
         client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
         for model in MODELS:
             for case in cases():
-                body = body_for(case, model.split("-")[0])
+                body = body_for(case, backend_of(model))
                 _key, name = fixture_name(model, body)
                 outcome = send(client, case, model, body)
                 wait_for_file(out / name)

@@ -34,6 +34,7 @@ def fake_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "claude_bin": f"{sys.executable} {FAKE_CLI} claude",
         "gemini_bin": f"{sys.executable} {FAKE_CLI} gemini",
+        "codex_bin": f"{sys.executable} {HERE / 'data' / 'real-cli' / 'codex-fake-cli.py'}",
         "timeout_s": 30,
         "idle_timeout_s": 15,
         "kill_grace_s": 1,

@@ -1,8 +1,10 @@
 #!/usr/bin/env python3
-"""A fake model API (Anthropic Messages + Gemini generateContent) for loopback tests.
+"""A fake model API (Anthropic Messages, Gemini generateContent, OpenAI Responses) for
+loopback tests.
 
-The real ``claude`` / ``gemini`` CLIs are pointed at it (``ANTHROPIC_BASE_URL`` /
-``GOOGLE_GEMINI_BASE_URL``) so that they run offline, with deterministic answers.
+The real ``claude`` / ``gemini`` / ``codex`` CLIs are pointed at it (``ANTHROPIC_BASE_URL`` /
+``GOOGLE_GEMINI_BASE_URL`` / the codex backend's ``base_url`` option) so that they run
+offline, with deterministic answers.
 
 Library use::
 
@@ -21,6 +23,9 @@ Endpoints:
   body has ``"stream": true`` else one JSON message; ``POST /v1/messages/count_tokens``.
 * Gemini: ``POST /v1beta/models/{model}:streamGenerateContent`` (SSE with ``?alt=sse``,
   else a JSON array), ``:generateContent``, ``:countTokens``.
+* OpenAI Responses (codex): ``POST /v1/responses``, always streaming SSE (``response.created``,
+  output items with ``response.output_text.delta`` pieces, ``response.completed`` with usage);
+  errors as OpenAI error bodies; ``response.failed`` / ``response.incomplete`` on request.
 * ``HEAD /`` (the claude CLI probes it once at startup): ``200``, empty.
 * Anything else is recorded, logged to stderr and answered ``200 {}``.
 
@@ -47,6 +52,15 @@ message text (our prompt is XML-escaped by the gateway, so the text after the ma
   stop_reason    Anthropic stop_reason (default ``end_turn``; Gemini: mapped to
                  finishReason, ``max_tokens`` -> ``MAX_TOKENS``, else ``STOP``)
   input_tokens / output_tokens   override the usage numbers
+
+Responses API (codex) only:
+
+  cached         input tokens read from the prompt cache (``input_tokens_details``)
+  reasoning      a reasoning summary text sent before the answer
+  cli_tool_call  answer with a ``function_call`` of this name (one of the CLI's own tools,
+                 e.g. ``exec_command``) instead of text; ``cli_tool_args`` its arguments
+  error_type     the OpenAI error ``type`` of a ``status`` error (``usage_limit_reached``
+                 gives ChatGPT's usage-limit body, with ``resets_in_seconds`` = retry_after)
 
 Usage numbers are deterministic: input tokens = len(message text) // 4 (the text of
 ``messages`` / ``contents`` only, not the system prompt), output tokens = len(answer)//4 + 1.
@@ -111,6 +125,21 @@ GEMINI_ERROR_MESSAGES = {
     "UNAVAILABLE": "The model is overloaded. Please try again later.",
 }
 
+OPENAI_ERRORS = {  # status -> (type, code, message) as api.openai.com answers them
+    401: (
+        "invalid_request_error",
+        "invalid_api_key",
+        "Incorrect API key provided: test. You can find your API key at "
+        "https://platform.openai.com/account/api-keys.",
+    ),
+    429: (
+        "requests",
+        "rate_limit_exceeded",
+        "Rate limit reached for requests. Please try again in 20s.",
+    ),
+    500: ("server_error", None, "The server had an error while processing your request."),
+    503: ("server_error", None, "The engine is currently overloaded, please try again later."),
+}
 
 # --------------------------------------------------------------------------- helpers
 
@@ -188,6 +217,35 @@ def gemini_texts(body: dict[str, Any]) -> tuple[str, str, str]:
         if isinstance(content, dict) and content.get("role", "user") == "user":
             last_user = "\n".join(texts)
     return system, "\n".join(parts), last_user
+
+
+def responses_texts(body: dict[str, Any]) -> tuple[str, str, str]:
+    """(instructions and developer text, all input text, last user message text) of an
+    OpenAI Responses request; tool outputs count as input text."""
+    system = [body["instructions"]] if isinstance(body.get("instructions"), str) else []
+    parts: list[str] = []
+    last_user = ""
+    items = body.get("input")
+    for item in items if isinstance(items, list) else []:
+        if not isinstance(item, dict):
+            continue
+        if item.get("type") == "function_call_output":
+            out = item.get("output")
+            parts.append(out if isinstance(out, str) else json.dumps(out))
+            continue
+        content = item.get("content")
+        texts = [
+            c["text"]
+            for c in (content if isinstance(content, list) else [])
+            if isinstance(c, dict) and isinstance(c.get("text"), str)
+        ]
+        if item.get("role") in ("developer", "system"):
+            system.extend(texts)
+            continue
+        parts.extend(texts)
+        if item.get("role") == "user":
+            last_user = "\n".join(texts)
+    return "\n".join(system), "\n".join(parts), last_user
 
 
 @dataclass
@@ -589,6 +647,144 @@ class FakeModelAPI:
             headers=headers,
         )
 
+    # ------------------------------------------------------------------ OpenAI Responses
+
+    async def openai_responses(self, request: web.Request) -> web.StreamResponse:
+        """``POST /v1/responses`` as the Codex CLI calls it: always a stream of SSE events."""
+        body = await self._record(request)
+        if not isinstance(body, dict):
+            return self._openai_error(400, "request body must be a JSON object", {})
+        _system, all_text, last_user = responses_texts(body)
+        plan = Plan.make(all_text, last_user)
+        d = plan.directive
+        if plan.initial_delay:
+            await asyncio.sleep(plan.initial_delay)
+        if plan.status is not None:
+            return self._openai_error(plan.status, d.get("error_message"), d)
+        model = str(body.get("model") or "gpt-fake")
+        n = len(self.requests)
+        resp = web.StreamResponse(
+            headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
+        )
+        await resp.prepare(request)
+        seq = 0
+
+        async def event(name: str, data: dict[str, Any]) -> None:
+            nonlocal seq
+            payload = {"type": name, **data, "sequence_number": seq}
+            seq += 1
+            await resp.write(f"event: {name}\ndata: {json.dumps(payload)}\n\n".encode())
+
+        base: dict[str, Any] = {
+            "id": f"resp_fake_{n}",
+            "object": "response",
+            "created_at": 0,
+            "model": model,
+            "status": "in_progress",
+            "output": [],
+        }
+        await event("response.created", {"response": base})
+        output: list[dict[str, Any]] = []
+        if isinstance(d.get("reasoning"), str):
+            item = {
+                "id": f"rs_fake_{n}",
+                "type": "reasoning",
+                "summary": [{"type": "summary_text", "text": d["reasoning"]}],
+            }
+            await event("response.output_item.added", {"output_index": 0, "item": item})
+            await event("response.output_item.done", {"output_index": 0, "item": item})
+            output.append(item)
+        idx = len(output)
+        if isinstance(d.get("cli_tool_call"), str):
+            args = d.get("cli_tool_args", {"cmd": "touch CANARY-cli-tool-call"})
+            item = {
+                "id": f"fc_fake_{n}",
+                "type": "function_call",
+                "status": "completed",
+                "call_id": f"call_fake_{n}",
+                "name": d["cli_tool_call"],
+                "arguments": args if isinstance(args, str) else json.dumps(args),
+            }
+            await event("response.output_item.added", {"output_index": idx, "item": item})
+            await event("response.output_item.done", {"output_index": idx, "item": item})
+            output.append(item)
+        else:
+            mid = f"msg_fake_{n}"
+            item = {
+                "id": mid,
+                "type": "message",
+                "status": "in_progress",
+                "role": "assistant",
+                "content": [],
+            }
+            await event("response.output_item.added", {"output_index": idx, "item": item})
+            part = {"type": "output_text", "text": "", "annotations": []}
+            where = {"item_id": mid, "output_index": idx, "content_index": 0}
+            await event("response.content_part.added", {**where, "part": part})
+            for i, piece in enumerate(plan.chunks):
+                if i and plan.delay:
+                    await asyncio.sleep(plan.delay)
+                await event("response.output_text.delta", {**where, "delta": piece})
+            if d.get("stream_error"):
+                failed = {
+                    **base,
+                    "status": "failed",
+                    "error": {
+                        "code": str(d["stream_error"]),
+                        "message": str(d.get("error_message") or d["stream_error"]),
+                    },
+                }
+                await event("response.failed", {"response": failed})
+                await resp.write_eof()
+                return resp
+            await event("response.output_text.done", {**where, "text": plan.answer})
+            part = {**part, "text": plan.answer}
+            await event("response.content_part.done", {**where, "part": part})
+            item = {**item, "status": "completed", "content": [part]}
+            await event("response.output_item.done", {"output_index": idx, "item": item})
+            output.append(item)
+        usage = {
+            "input_tokens": plan.input_tokens,
+            "input_tokens_details": {"cached_tokens": int(d.get("cached", 0) or 0)},
+            "output_tokens": plan.output_tokens,
+            "output_tokens_details": {"reasoning_tokens": 0},
+            "total_tokens": plan.input_tokens + plan.output_tokens,
+        }
+        if d.get("stop_reason") == "max_tokens":
+            done = {
+                **base,
+                "status": "incomplete",
+                "incomplete_details": {"reason": "max_output_tokens"},
+                "output": output,
+                "usage": usage,
+            }
+            await event("response.incomplete", {"response": done})
+        else:
+            done = {**base, "status": "completed", "output": output, "usage": usage}
+            await event("response.completed", {"response": done})
+        await resp.write_eof()
+        return resp
+
+    def _openai_error(self, status: int, message: Any, directive: dict[str, Any]) -> web.Response:
+        etype, code, default = OPENAI_ERRORS.get(
+            status, ("server_error" if status >= 500 else "invalid_request_error", None, "error")
+        )
+        etype = str(directive.get("error_type") or etype)
+        headers = {}
+        if directive.get("retry_after") is not None:
+            headers["retry-after"] = str(directive["retry_after"])
+        error: dict[str, Any] = {
+            "message": str(message or default),
+            "type": etype,
+            "param": None,
+            "code": code,
+        }
+        if etype == "usage_limit_reached":  # the ChatGPT backend's body for a plan's limit
+            error = {"type": etype, "message": str(message or "usage limit"), "plan_type": "plus"}
+            if directive.get("retry_after") is not None:
+                error["resets_in_seconds"] = int(directive["retry_after"])
+        return web.json_response({"error": error}, status=status, headers=headers)
+
     # ------------------------------------------------------------------ fallback
 
     async def probe(self, request: web.Request) -> web.Response:
@@ -612,6 +808,7 @@ class FakeModelAPI:
         app.router.add_post("/v1/messages/count_tokens", self.anthropic_count_tokens)
         app.router.add_post(r"/v1beta/models/{model_method:[^/]+}", self.gemini_model_call)
         app.router.add_post(r"/v1/models/{model_method:[^/]+}", self.gemini_model_call)
+        app.router.add_post("/v1/responses", self.openai_responses)
         app.router.add_route("HEAD", "/", self.probe)
         app.router.add_route("*", "/{tail:.*}", self.unknown)
         return app

@@ -9,6 +9,7 @@ cannot land without its captures. Backend-specific parser behaviour follows at t
 from __future__ import annotations
 
 import json
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -18,9 +19,19 @@ import pytest
 from cli_proxy.backends import backend_class, names
 from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser, classify_failure
 from cli_proxy.backends.claude import ClaudeParser
+from cli_proxy.backends.codex import (
+    DISABLED_FEATURES,
+    FALLBACK_CATALOG,
+    SEALED_CONFIG,
+    CodexBackend,
+    CodexOptions,
+    CodexParser,
+    seal_catalog,
+)
 from cli_proxy.errors import api_error
 from cli_proxy.events import CliEvent, Failure, TextDelta, Truncated, UsageReport
 from cli_proxy.failures import CliFailed, FailureKind
+from cli_proxy.routing import route
 
 from .conftest import Served, ServeFactory, fake
 
@@ -48,6 +59,19 @@ def _gemini_tools_off(argv: list[str], files: dict[str, bytes]) -> bool:
         settings["tools"]["core"] == []
         and argv[argv.index("--extensions") + 1] == "none"
         and argv[argv.index("--allowed-mcp-server-names") + 1] == "none"
+    )
+
+
+def _codex_tools_off(argv: list[str], files: dict[str, bytes]) -> bool:
+    disabled = {argv[i + 1] for i, a in enumerate(argv) if a == "--disable"}
+    config = {argv[i + 1] for i, a in enumerate(argv) if a == "--config"}
+    # the sealed catalog and base instructions live in the private home (tested below)
+    return (
+        argv[argv.index("exec") + 1] == "--json"
+        and {"--strict-config", "--ephemeral"} <= set(argv)
+        and set(DISABLED_FEATURES) <= disabled
+        and set(SEALED_CONFIG) <= config
+        and argv[argv.index("--sandbox") + 1] == "read-only"
     )
 
 
@@ -83,7 +107,24 @@ CONFORMANCE: dict[str, Conformance] = {
         tools_off=_gemini_tools_off,
         auth_env="GEMINI_API_KEY",
     ),
+    "codex": Conformance(
+        captures={  # codex 0.169.0 against tests/fake_model_api.py (sealing/codex-capture.py)
+            "text": "codex-text",
+            "tool_call": "codex-json-toolcall",
+            "auth": "codex-401-noretry",
+            "rate_limit": "codex-429-noretry",
+            "overloaded": "codex-503-noretry",
+            "empty": "codex-empty-answer",
+            "token_limit": "codex-max-tokens",
+        },
+        model="gpt-5.5",
+        tools_off=_codex_tools_off,
+        auth_env="CODEX_API_KEY",
+    ),
 }
+
+CODEX_FAKE_CLI = REAL / "codex-fake-cli.py"
+
 
 BUILTIN = [n for n in names() if n in CONFORMANCE]
 
@@ -244,3 +285,200 @@ def test_claude_mid_stream_retry_adds_only_new_text() -> None:
 def test_claude_output_token_limit_keeps_every_part() -> None:
     # the CLI asked the model to continue three times: all four parts are the answer
     assert text_of(replay(ClaudeParser(), "claude-max-tokens")) == "truncated answ" * 4
+
+
+def codex_replay(stem: str) -> list[CliEvent]:
+    return replay(CodexParser(), stem)
+
+
+def test_codex_500_is_an_overload() -> None:
+    # codex replaces a 5xx body with a generic "high demand" text
+    assert [f.kind for f in failures_of(codex_replay("codex-500-noretry"))] == [
+        FailureKind.OVERLOADED
+    ]
+
+
+def test_codex_usage_limit_is_a_rate_limit() -> None:
+    failures = failures_of(codex_replay("codex-429-usage-limit"))
+    assert [f.kind for f in failures] == [FailureKind.RATE_LIMITED]
+    assert "usage limit" in failures[0].message
+
+
+def test_codex_stream_failure_is_a_cli_error() -> None:
+    events = codex_replay("codex-stream-error")
+    assert [f.kind for f in failures_of(events)] == [FailureKind.CLI_ERROR]
+    assert text_of(events) == ""
+
+
+def test_codex_reasoning_is_not_answer_text() -> None:
+    events = codex_replay("codex-reasoning")
+    assert text_of(events) == "After thinking: 42." and not failures_of(events)
+
+
+def test_codex_unknown_model_warning_is_not_a_failure() -> None:
+    events = codex_replay("codex-unknown-model")
+    assert text_of(events) == "OK" and not failures_of(events)
+
+
+def test_codex_usage_counts_cached_tokens() -> None:
+    usage = [e for e in codex_replay("codex-text") if isinstance(e, UsageReport)]
+    assert usage == [UsageReport(31, 7, 3)]
+
+
+def test_codex_empty_truncated_answer_is_length_not_failure() -> None:
+    events = codex_replay("codex-max-tokens-empty")
+    assert [type(e) for e in events if isinstance(e, Truncated | Failure)] == [Truncated]
+
+
+def test_codex_cli_tool_call_loop_reported_from_stderr() -> None:
+    """The real loop: stdout says nothing, stderr names the call; killed by a timeout."""
+    parser = CodexParser()
+    for line in (REAL / "codex-cli-tool-call-loop.stdout.jsonl").read_bytes().splitlines():
+        assert parser.feed(line) == []
+    events = parser.finish(-9, (REAL / "codex-cli-tool-call-loop.stderr.txt").read_text())
+    assert [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
+    assert "exec_command" in failures_of(events)[0].message
+    assert api_error(CliFailed(FailureKind.INVALID_ANSWER, "x")).status == 502
+
+
+def test_codex_cli_tool_call_ends_the_call_on_the_first_merged_stderr_line() -> None:
+    """With stderr merged into stdout the first "unsupported call" line ends the call."""
+    parser = CodexParser()
+    stderr = (REAL / "codex-cli-tool-call-loop.stderr.txt").read_bytes().splitlines()
+    assert parser.feed(b'{"type":"turn.started"}') == [] and parser.feed(stderr[0]) == []
+    events = parser.feed(stderr[1])
+    assert parser.done and [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
+    assert parser.feed(stderr[2]) == [] and parser.finish(0, "") == []
+
+
+def test_codex_tool_item_ends_the_call() -> None:
+    """Unsealed, a tool runs and shows as a command_execution item: never let it pass."""
+    parser = CodexParser()
+    path = REAL / "sealing" / "codex-toolcall-exec_command-unsealed-danger.stdout.jsonl"
+    events: list[CliEvent] = []
+    for line in path.read_bytes().splitlines():
+        events += parser.feed(line)
+        if parser.done:
+            break
+    assert [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
+    assert "command_execution" in failures_of(events)[0].message and text_of(events) == ""
+
+
+def test_codex_item_updated_streams_only_new_text() -> None:
+    parser = CodexParser()
+    lines = [
+        {"type": "item.started", "item": {"id": "i", "type": "agent_message", "text": ""}},
+        {"type": "item.updated", "item": {"id": "i", "type": "agent_message", "text": "Hel"}},
+        {"type": "item.updated", "item": {"id": "i", "type": "agent_message", "text": "Hello"}},
+        {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "Hello"}},
+        {"type": "item.completed", "item": {"id": "j", "type": "agent_message", "text": "Bye"}},
+    ]
+    deltas = [e for line in lines for e in parser.feed(json.dumps(line).encode())]
+    assert deltas == [TextDelta("Hel"), TextDelta("lo"), TextDelta("\n\nBye")]
+
+
+@pytest.mark.parametrize(
+    ("model", "backend"),
+    [
+        ("gpt-5.5", "codex"),
+        ("gpt-6.1-sol", "codex"),
+        ("codex-mini-latest", "codex"),
+        ("o3", "codex"),
+        ("o4-mini", "codex"),
+        ("o1-pro", "codex"),
+        ("codex/gpt-4.1", "codex"),
+        ("opus", "claude"),
+        ("gemini-2.5-pro", "gemini"),
+        ("gpt-4o", None),  # not a codex family on a ChatGPT plan: codex/gpt-4o reaches it
+        ("gpt-9-ultra", None),
+        ("o3x", None),
+        ("omni", None),
+    ],
+)
+def test_codex_routing(model: str, backend: str | None) -> None:
+    classes = {n: backend_class(n) for n in names()}
+    r = route(model, classes)
+    assert (r.backend if r else None) == backend
+    if r is not None and model.startswith("codex/"):
+        assert r.cli_model == "gpt-4.1"
+
+
+def _codex(tmp: Path, **options: str) -> CodexBackend:
+    return CodexBackend(CodexOptions(bin=f"{sys.executable} {CODEX_FAKE_CLI}", **options))
+
+
+def test_codex_private_home_holds_only_our_config(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.delenv("CODEX_API_KEY", raising=False)
+    (tmp_path / ".codex").mkdir()
+    (tmp_path / ".codex" / "AGENTS.md").write_text("HOST SECRET")
+    (tmp_path / ".codex" / "config.toml").write_text('model = "evil"')
+    home = _codex(tmp_path).private_home(str(tmp_path))
+    assert home.env == ("HOME", "CODEX_HOME")
+    files = dict(home.files)
+    assert set(files) == {"config.toml", "catalog.json", "instructions.md"}
+    config = files["config.toml"].decode()
+    for line in (
+        'model_provider = "cli_proxy"',
+        'model_catalog_json = "catalog.json"',
+        'model_instructions_file = "instructions.md"',
+        "requires_openai_auth = true",
+        "request_max_retries = 0",
+        "stream_max_retries = 0",
+        'base_url = "https://api.openai.com/v1"',  # no login: the API
+    ):
+        assert line in config.splitlines()
+    assert home.login == ()  # no auth.json: nothing linked
+    assert b"HOST SECRET" not in b"".join(files.values())
+
+
+def test_codex_links_a_chatgpt_login(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("CODEX_API_KEY", raising=False)
+    auth = tmp_path / ".codex" / "auth.json"
+    auth.parent.mkdir()
+    auth.write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"access_token": "a"}}))
+    home = _codex(tmp_path).private_home(str(tmp_path))
+    assert home.login == (("auth.json", str(auth)),)  # linked in place, never copied
+    assert b"chatgpt.com/backend-api/codex" in dict(home.files)["config.toml"]
+    monkeypatch.setenv("CODEX_API_KEY", "sk-test")  # a key wins over the login
+    assert (
+        b"api.openai.com" in dict(_codex(tmp_path).private_home(str(tmp_path)).files)["config.toml"]
+    )
+    custom = _codex(tmp_path, base_url="http://127.0.0.1:9/v1").private_home(str(tmp_path))
+    assert b'base_url = "http://127.0.0.1:9/v1"' in dict(custom.files)["config.toml"]
+
+
+def test_codex_catalog_is_sealed() -> None:
+    catalog = {
+        "models": [
+            {
+                "slug": "gpt-6.1-sol",
+                "shell_type": "unified_exec",
+                "tool_mode": "code_mode_only",
+                "multi_agent_version": "v2",
+                "apply_patch_tool_type": "freeform",
+                "web_search_tool_type": "text",
+                "experimental_supported_tools": ["x"],
+                "base_instructions": "You are Codex" * 1000,
+                "context_window": 272000,
+            }
+        ]
+    }
+    (model,) = seal_catalog(catalog)["models"]
+    assert model["shell_type"] == "disabled" and model["experimental_supported_tools"] == []
+    assert not {"tool_mode", "multi_agent_version", "apply_patch_tool_type"} & set(model)
+    assert "web_search_tool_type" not in model and model["context_window"] == 272000
+    assert "Codex" not in model["base_instructions"]
+
+
+def test_codex_catalog_falls_back_for_a_non_codex_binary(tmp_path: Path) -> None:
+    files = dict(_codex(tmp_path).private_home(str(tmp_path)).files)
+    assert json.loads(files["catalog.json"]) == FALLBACK_CATALOG
+    (model,) = FALLBACK_CATALOG["models"]
+    assert model["shell_type"] == "disabled" and "tool_mode" not in model
+
+
+def test_codex_effort_reaches_its_config() -> None:
+    argv = make("codex").argv(LaunchOptions(model="gpt-5.5", effort="high"))
+    assert argv[argv.index('model_reasoning_effort="high"') - 1] == "--config"

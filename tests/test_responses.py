@@ -14,6 +14,7 @@ from openai.types.responses import Response, ResponseStreamEvent
 from pydantic import BaseModel, TypeAdapter
 
 from .conftest import Served, ServeFactory, fake
+from .test_chat import PNG_URL
 from .test_responses_api import TIME, WEATHER
 
 EVENT = TypeAdapter(ResponseStreamEvent)
@@ -220,7 +221,7 @@ async def test_input_items_reach_the_prompt(strict: openai.AsyncOpenAI) -> None:
             "role": "user",
             "content": [
                 {"type": "input_text", "text": "What is in this picture?"},
-                {"type": "input_image", "image_url": "https://example.com/cat.png"},
+                {"type": "input_image", "image_url": PNG_URL, "detail": "auto"},
             ],
         },
         {
@@ -231,13 +232,13 @@ async def test_input_items_reach_the_prompt(strict: openai.AsyncOpenAI) -> None:
         {"role": "user", "content": "And its colour? " + fake(echo_prompt=True)},
     ]
     r = await strict.responses.create(
-        model="gemini-2.5-flash", instructions="Answer in French.", input=items
+        model="claude-sonnet-4-6", instructions="Answer in French.", input=items
     )
     prompt = r.output_text
     system = prompt.split("<system_context>", 1)[1].split("</system_context>", 1)[0]
     assert "Answer in French." in system and "Be terse." in system and "No emoji." in system
     assert "What is in this picture?" in prompt
-    assert "source https://example.com/cat.png" in prompt
+    assert '<image n="1" media_type="image/png" sha256="' in prompt
     assert 'role="assistant">A cat.<' in prompt
     assert 'role="user">And its colour? ' in prompt and prompt.endswith("</conversation_history>\n")
 

@@ -2,16 +2,19 @@
 
 from .base import Backend, BackendOptions, LaunchOptions, StreamParser
 from .claude import ClaudeBackend
+from .codex import CodexBackend
 from .gemini import GeminiBackend
 from .registry import backend_class, names, register
 
 register(ClaudeBackend)
 register(GeminiBackend)
+register(CodexBackend)
 
 __all__ = [
     "Backend",
     "BackendOptions",
     "ClaudeBackend",
+    "CodexBackend",
     "GeminiBackend",
     "LaunchOptions",
     "StreamParser",
