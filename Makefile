@@ -25,7 +25,7 @@ help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
 	@echo "make test      run the test suite"
 	@echo "make lint      ruff + mypy --strict"
-	@echo "make bench     benchmarks -> bench/results.json, cache-results.json, warm-results.json"
+	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-results.json"
 	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
 
 $(STAMP): pyproject.toml
@@ -56,6 +56,7 @@ check: lint test
 
 bench: $(STAMP)
 	$(PY) bench/run.py
+	$(PY) bench/memory.py
 	@$(MAKE) --no-print-directory real-clis sandbox && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/cache.py && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/warm.py \
