@@ -4,6 +4,8 @@ Loopback only, bounded (well under 2 minutes), deterministic in what it runs. Th
 runs as its own process with bench/fake_instant_cli.py as its claude binary; the baseline
 spawns that same fake CLI directly with the same stdin. Prints a table and writes
 bench/results.json. Targets are reported, not enforced: the exit code is 0 either way.
+``python bench/run.py --only answer-reader`` runs the in-process answer reader rows alone
+(printed, no file written).
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import asyncio
 import json
 import os
 import platform
+import random
 import shutil
 import socket
 import statistics
@@ -356,6 +359,89 @@ def scale() -> None:
         row(f"{name}, per-byte cost 1 MB vs 100 KB", growth, "x", "<= 2 (linear)", growth <= 2)
 
 
+# ------------------------------------------------------------ answer reader (issue #12)
+
+
+def _prose(size: int) -> str:
+    words = ("the", "quick", "brown", "fox", "jumps", "over", "a", "lazy", "dog,", "with")
+    words += ("{braces}", "or", "`code`:", "1.5", "\u00e9")
+    rnd = random.Random(1)
+    out: list[str] = []
+    n = 0
+    while n < size:
+        word = rnd.choice(words) if rnd.random() > 0.03 else "\n\n"
+        out.append(word)
+        n += len(word) + 1
+    return " ".join(out)[:size]
+
+
+def _code(size: int) -> str:
+    line = '    if x == "a\\b":  # caf\u00e9 \u2014 {"k": [1, 2]}\n        return f(\'y\', z)\n'
+    return (line * (size // len(line) + 1))[:size]
+
+
+def _deltas(text: str) -> list[str]:
+    """``text`` in pieces of 1-200 chars (seeded), as a CLI streams it."""
+    rnd = random.Random(2)
+    out: list[str] = []
+    i = 0
+    while i < len(text):
+        k = rnd.randint(1, 200)
+        out.append(text[i : i + k])
+        i += k
+    return out
+
+
+def answer_reader() -> None:
+    """MB/s of AnswerParser alone (no stream-json), 1 MB answers, median of 5 runs: fed in
+    deltas of 1-200 chars (seeded; about 10,000-15,000 feeds), in one delta, and whole."""
+    print("6. answer reader throughput (AnswerParser alone, 1 MB answers, median of 5)")
+    size = 1_000_000
+    records = [
+        {"id": i, "name": f"item {i}", "tags": ["a", "b"], "price": i * 1.5, "ok": True}
+        for i in range(size // 70)
+    ]
+    answers = {
+        "prose": _prose(size),
+        "tool call, 1 MB string arg": json.dumps(
+            {
+                "tool_call": {
+                    "name": "write_file",
+                    "arguments": {"path": "a.py", "content": _code(size)},
+                }
+            }
+        ),
+        "reply, escape-dense": json.dumps(
+            {"tool_call": None, "response": 'word "q" \u00e9 ' * (size // 12)}
+        ),
+        "tool call, 1 MB structured args": json.dumps(
+            {"tool_call": {"name": "save", "arguments": {"records": records}}}
+        ),
+    }
+
+    def streamed(pieces: list[str]) -> None:
+        parser = AnswerParser(lambda: "call_x")
+        for piece in pieces:
+            parser.feed(piece)
+        parser.finish()
+
+    for label, text in answers.items():
+        mb = len(text.encode()) / 1e6
+        pieces = _deltas(text)
+        for how, fn in (
+            ("deltas of 1-200 chars", lambda p=pieces: streamed(p)),
+            ("one delta", lambda t=text: streamed([t])),
+            ("whole text", lambda t=text: parse_answer(t, lambda: "call_x")),
+        ):
+            rates = []
+            for _ in range(5):
+                t = time.perf_counter()
+                fn()
+                rates.append(mb / (time.perf_counter() - t))
+            rate = statistics.median(rates)
+            row(f"{label}, {how}", rate, "MB/s", ">= 10 MB/s", rate >= 10)
+
+
 async def memory(url: str, pid: int, fresh: float) -> None:
     gw = psutil.Process(pid)
     idle = gw.memory_info().rss / 2**20
@@ -384,6 +470,9 @@ async def memory(url: str, pid: int, fresh: float) -> None:
 
 
 async def main() -> None:
+    if sys.argv[1:] == ["--only", "answer-reader"]:  # in-process, no gateway; prints only
+        answer_reader()
+        return
     started = time.monotonic()
     load = os.getloadavg()[0]
     proc, url = start_gateway()
@@ -398,6 +487,7 @@ async def main() -> None:
         await stream_latency(url)
         scale()
         await memory(url, proc.pid, fresh)
+        answer_reader()
     finally:
         proc.terminate()
         proc.wait(10)

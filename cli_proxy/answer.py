@@ -6,6 +6,13 @@ in arbitrary fragments and must be streamed as it arrives, so this is a hand-wri
 JSON reader that never needs the whole text; the non-streaming path runs the very same machine
 over the whole text (``parse_answer``), so both paths always agree.
 
+Speed (issue #12; bench/run.py section 6): the machine is char-level in what it decides, but
+it reads a fragment in runs wherever the outcome cannot differ: a string's content up to its
+end or a cut escape at once (found with ``str.find``/``replace``, decoded by the C
+``scanstring``), a whole container it only skips or records raw by the C JSON reader (strict;
+anything it refuses is read char by char, which decides), plain keys and scalars by regex.
+Events come at the same feeds with the same text as from the plain char-by-char reading.
+
 Rules (the edge cases are decided here, once):
 
 * Leading whitespace is dropped. A leading fence opener (```` ``` ```` / ```` ```json ````) is
@@ -39,6 +46,8 @@ Rules (the edge cases are decided here, once):
 from __future__ import annotations
 
 import json
+import json.decoder
+import json.scanner
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
@@ -77,6 +86,22 @@ _PARTIAL = re.compile(r'\{[ \t\n\r]*(?:"([a-z_]*)(?:(")[ \t\n\r]*)?)?\Z')
 _FENCE_TAIL = re.compile(r"(?:```[\w+.#-]*|``?)\Z")
 _FENCE_OPEN = re.compile(r"```[\w+.#-]*[ \t\n\r]*")
 _STR_RUN = re.compile(r'[^"\\\x00-\x1f]*')
+# a backslash that does not start a complete escape (once ``\\\\`` and ``\\"`` are blanked)
+_BAD_ESC = re.compile(r'\\(?!["\\/bfnrt]|u[0-9a-fA-F]{4})')
+_CTRL = re.compile(r"[\x00-\x1f]")
+_CTRL_ESC = {c: json.dumps(chr(c))[1:-1] for c in range(0x20)}
+_SURROGATE = re.compile("[\ud800-\udfff]")
+_WS = re.compile(r"[ \t\n\r]*")
+_SKIM_DEPTH = 16  # deeper than this, containers are read char by char only
+# a plain string (no escape, no control char) or a number/literal ended within the text
+_SCALAR_RE = (
+    r'"[^"\\\x00-\x1f]*"'
+    r"|(?:-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null)"
+    r"(?=[^0-9A-Za-z.+\-])"
+)
+_SCALAR = re.compile(_SCALAR_RE)
+# an object member with a plain key: key and colon, and its value if a plain scalar
+_MEMBER = re.compile(r'"[^"\\\x00-\x1f]*"[ \t\n\r]*:(?:[ \t\n\r]*(' + _SCALAR_RE + "))?")
 _TOK_RUN = re.compile(r"[0-9A-Za-z.+\-]*")
 _TOK_OK = re.compile(r"-?(?:0|[1-9][0-9]*)(?:\.[0-9]+)?(?:[eE][-+]?[0-9]+)?|true|false|null")
 _ESCAPES = {'"': '"', "\\": "\\", "/": "/", "b": "\b", "f": "\f", "n": "\n", "r": "\r", "t": "\t"}
@@ -122,6 +147,67 @@ class _Frame:
         self.key: str | None = None
 
 
+class _NotStrict(ValueError):
+    """``NaN``/``Infinity``: Python's JSON reader takes them, this one does not."""
+
+
+def _no_constant(name: str) -> object:
+    raise _NotStrict(name)
+
+
+# The C JSON reader, strict (no raw control chars in strings, no NaN/Infinity): a container
+# it reads whole is one this reader would take too, ending at the same char, so it can skip
+# over the container at C speed. Anything it refuses goes char by char (which then decides).
+# (typeshed types the scanner's context as a scanner, and leaves scanstring out)
+_scan_once = json.scanner.make_scanner(
+    json.JSONDecoder(parse_constant=_no_constant)  # type: ignore[arg-type]
+)
+_Scanstring = Callable[[str, int, bool], tuple[str, int]]
+_scanstring: _Scanstring = json.decoder.scanstring  # type: ignore[attr-defined]
+
+
+def _skim(s: str, i: int) -> int:
+    """End of the complete, valid JSON value at ``s[i]`` (``{`` or ``[``), else 0."""
+    try:
+        return int(_scan_once(s, i)[1])
+    except (ValueError, RecursionError, StopIteration):
+        return 0
+
+
+def _body_end(s: str, i: int, q: int) -> int:
+    """End of the string content from ``s[i]``, which holds a backslash before ``q`` (the next
+    quote, or the end of ``s``): its closing quote, a backslash that does not start a
+    complete escape (cut by the end of ``s``, or invalid), or the end of ``s``.
+
+    Escaped backslashes and quotes are blanked (pairing backslashes from the left, as a
+    reader does), then the first quote left is the closing one: all at C speed. The window
+    grows until it holds the answer, so a short string in a long text costs little."""
+    n = len(s)
+    width = q - i + 64
+    while True:
+        stop = n if n - i <= width else i + width
+        r = s[i:stop].replace("\\\\", "  ").replace('\\"', "  ")
+        q = r.find('"')
+        bad = _BAD_ESC.search(r)
+        if q >= 0 or stop == n:
+            end = q if q >= 0 else len(r)
+            return i + (bad.start() if bad is not None and bad.start() < end else end)
+        if bad is not None and bad.start() < len(r) - 6:  # not where the window cut it
+            return i + bad.start()
+        width *= 8
+
+
+def _unescape(s: str, i: int, j: int) -> str | None:
+    """The string content ``s[i:j]`` (no quote, complete escapes) decoded; None if it holds a
+    surrogate, which the char-by-char reader decodes (a pair split by a chunk, lone ones)."""
+    text: str = (
+        _scanstring(s, i, False) if s.startswith('"', j) else _scanstring(s[i:j] + '"', 0, False)
+    )[0]
+    if not text.isascii() and _SURROGATE.search(text) is not None:
+        return None
+    return text
+
+
 def _strip_len(text: str, end: int) -> int:
     """Length of ``text[:end]`` without trailing whitespace and a trailing fence opener."""
     t = text[:end].rstrip()
@@ -146,6 +232,8 @@ def _viable(text: str, k: int) -> bool:
 
 def _coalesce(events: list[AnswerEvent]) -> list[AnswerEvent]:
     """Merge adjacent content pieces and adjacent argument pieces of the same call."""
+    if len(events) < 2:
+        return events
     out: list[AnswerEvent] = []
     for ev in events:
         last = out[-1] if out else None
@@ -366,10 +454,15 @@ class AnswerParser:
         call = self._acall
         if self._raw_on and call is not None and call.index is not None and self._rclean:
             text = "".join(self._rparts)
-            self._args_out(call, text[: self._rclean])
-            rest = text[self._rclean :]
-            self._rparts = [rest] if rest else []
-            self._rlen = len(rest)
+            if self._rclean == self._rlen:  # all of it is clean (most often)
+                self._args_out(call, text)
+                self._rparts = []
+                self._rlen = 0
+            else:
+                self._args_out(call, text[: self._rclean])
+                rest = text[self._rclean :]
+                self._rparts = [rest] if rest else []
+                self._rlen = len(rest)
             self._rclean = 0
 
     def _close_cut_call(self) -> None:
@@ -461,9 +554,48 @@ class AnswerParser:
         stack = self._stack
         raw_from = 0 if self._raw_on else -1
         outcome = _GO
+        slow_to = 0  # up to here strings go char by char (a surrogate escape needs it)
         while i < n:
             st = self._st
             if st == _S_STR:
+                # fast: the string's content up to its end or an incomplete escape, at once
+                if i >= slow_to and not self._high:
+                    j = s.find('"', i)
+                    if j < 0:
+                        j = n
+                    plain = s.find("\\", i, j) < 0
+                    if not plain:
+                        j = _body_end(s, i, j)
+                        plain = s.find("\\", i, j) < 0
+                    if j > i:
+                        if self._srole >= _V_RESPONSE:
+                            text = s[i:j] if plain else _unescape(s, i, j)
+                            if text is None:
+                                slow_to = j
+                            else:
+                                self._dec(text)
+                                i = j
+                        elif raw_from >= 0:
+                            if _CTRL.search(s, i, j) is not None:
+                                esc = s[i:j].translate(_CTRL_ESC)
+                                self._rparts.append(s[raw_from:i])
+                                self._rparts.append(esc)
+                                self._rlen += i - raw_from + len(esc)
+                                raw_from = j
+                            i = j
+                        else:
+                            i = j
+                    if i == j:
+                        if i < n and s[i] == '"':
+                            i += 1
+                            if raw_from >= 0:
+                                self._rclean = self._rlen + i - raw_from
+                            self._end_string()
+                            continue
+                        if raw_from >= 0:
+                            self._rclean = self._rlen + i - raw_from
+                        if i == n:
+                            break
                 m = _STR_RUN.match(s, i)
                 j = m.end() if m is not None else i
                 if j > i:
@@ -549,6 +681,9 @@ class AnswerParser:
                 continue
             if c in " \t\n\r":
                 i += 1
+                if i < n and s[i] in " \t\n\r":
+                    m = _WS.match(s, i)
+                    i = m.end() if m is not None else i
                 continue
             top = stack[-1] if stack else None
             if st == _S_AFTER and c == "," and top is not None:
@@ -592,6 +727,20 @@ class AnswerParser:
                     raw_from = -1
                 continue
             if st in (_S_OBJ_FIRST, _S_OBJ_KEY) and c == '"' and top is not None:
+                if top.role in (_V_SKIP, _V_RAW, _V_ARGS):
+                    # fast: a plain key, its colon and a plain scalar value, if all here
+                    m = _MEMBER.match(s, i)
+                    if m is not None:
+                        i = m.end()
+                        top.key = None
+                        if m.group(1) is None:
+                            self._st = _S_VALUE
+                            self._vrole = _V_SKIP if top.role == _V_SKIP else _V_RAW
+                        else:
+                            self._st = _S_AFTER
+                        if raw_from >= 0:
+                            self._rclean = self._rlen + i - raw_from
+                        continue
                 self._skey = True
                 self._srole = _V_KEY if top.role in (_V_TOP, _V_CALL) else _V_SKIP
                 self._sbuf = []
@@ -600,6 +749,37 @@ class AnswerParser:
                 self._st = _S_VALUE
                 self._vrole = self._key_role(top)
             elif st in (_S_VALUE, _S_ARR_FIRST):
+                role = self._vrole
+                if role <= _V_RAW and (m := _SCALAR.match(s, i)) is not None:
+                    # fast: a plain string or a number/literal that ends here
+                    i = m.end()
+                    self._st = _S_AFTER
+                    if raw_from >= 0:
+                        self._rclean = self._rlen + i - raw_from
+                    continue
+                if (
+                    c in "{["
+                    and (role <= _V_RAW or role == _V_ARGS)
+                    and len(stack) < _SKIM_DEPTH
+                    and s.find("}" if c == "{" else "]", i) >= 0
+                    and (end := _skim(s, i))
+                ):
+                    # a whole container that is skipped or recorded as is: read at C speed
+                    if role == _V_ARGS and top is not None and top.call is not None:
+                        call = top.call
+                        if c == "[":
+                            call.args = _A_EMPTY
+                        else:
+                            call.args = _A_DONE
+                            if call.index is not None:
+                                self._args_out(call, s[i:end])
+                            else:
+                                call.held = s[i:end]
+                    i = end
+                    self._st = _S_AFTER
+                    if raw_from >= 0:
+                        self._rclean = self._rlen + i - raw_from
+                    continue
                 if c == "{" and self._vrole == _V_ARGS and top is not None and top.call:
                     self._acall = top.call
                     top.call.args = _A_RAW

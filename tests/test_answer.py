@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import random
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -406,3 +407,148 @@ def test_completed_and_cut_calls_have_object_arguments(
     events, _ = stream(split(text[:keep], cut))
     for _, _, args in accumulate(events)[1]:
         assert isinstance(json.loads(args), dict)
+
+
+# -- large answers: the fast paths (whole strings and containers at once) keep the behaviour --
+
+CODE = 'if x == "a\\b":\n\treturn f(\'y\')  # caf\u00e9 \u2014 \U0001f600 {"k": [1, 2]}\x01\n'
+
+
+def pieces(text: str, seed: int, most: int = 200) -> list[str]:
+    """``text`` in random pieces of 1..``most`` chars (seeded)."""
+    rnd = random.Random(seed)
+    out, i = [], 0
+    while i < len(text):
+        k = rnd.randint(1, most)
+        out.append(text[i : i + k])
+        i += k
+    return out
+
+
+def big_call(size: int, ensure_ascii: bool = True) -> tuple[str, dict[str, Any]]:
+    args = {"path": "a.py", "content": (CODE * (size // len(CODE) + 1))[:size], "n": [1, 2.5]}
+    text = json.dumps(
+        {"tool_call": {"name": "write", "arguments": args}}, ensure_ascii=ensure_ascii
+    )
+    return text, args
+
+
+def test_large_call_is_the_same_whole_char_by_char_and_in_random_pieces() -> None:
+    for ensure_ascii in (True, False):
+        text, args = big_call(3_000, ensure_ascii)
+        whole = coalesce(stream([text])[0])
+        assert whole == [
+            ToolCallStart(0, "call_0", "write"),
+            ToolCallArgs(0, json.dumps(args, ensure_ascii=ensure_ascii)),
+        ]
+        assert coalesce(stream(list(text))[0]) == whole
+        for seed in range(5):
+            assert coalesce(stream(pieces(text, seed))[0]) == whole
+        assert parse(text) == (None, [("write", args)], "tool_calls")
+
+
+def test_raw_control_chars_in_a_large_argument_are_escaped_for_any_split() -> None:
+    content = "line\tone\nline two\x00\x1f end " * 200
+    text = '{"tool_call":{"name":"f","arguments":{"s":"' + content + '"}}}'
+    expected = [
+        ToolCallStart(0, "call_0", "f"),
+        ToolCallArgs(0, '{"s":' + json.dumps(content) + "}"),
+    ]
+    assert coalesce(stream([text])[0]) == expected
+    for seed in range(3):
+        assert coalesce(stream(pieces(text, seed, 50))[0]) == expected
+
+
+def test_argument_deltas_of_a_large_call_stream_as_they_arrive() -> None:
+    text, args = big_call(100_000)
+    parser = AnswerParser(ids())
+    fed = 0
+    streamed: list[str] = []
+    head = text.index('"content": "') + len('"content": "')
+    tail = text.index('", "n"')
+    feeds_with_args = 0
+    for piece in pieces(text, 7):
+        events = parser.feed(piece)
+        fed += len(piece)
+        new = [e.fragment for e in events if isinstance(e, ToolCallArgs)]
+        streamed += new
+        feeds_with_args += bool(new)
+        if head < fed < tail:
+            # all of the string argument that arrived is out, but for a cut escape (<= 5 chars)
+            out = len("".join(streamed))
+            in_args = fed - text.index('{"path"')
+            assert in_args - 5 <= out <= in_args
+            assert text.startswith("".join(streamed), text.index('{"path"'))
+    assert feeds_with_args > 400  # one piece per feed while the string argument streams
+    streamed += [e.fragment for e in parser.finish() if isinstance(e, ToolCallArgs)]
+    assert json.loads("".join(streamed)) == args
+
+
+def test_a_long_reply_streams_decoded_as_it_arrives() -> None:
+    reply = 'word "q" \u00e9\n\\ \u2014 ' * 3_000
+    text = json.dumps({"tool_call": None, "response": reply})  # \" \u00e9 \n \\ \u2014
+    parser = AnswerParser(ids())
+    content = ""
+    start = text.index('"response": "') + len('"response": "')
+    fed = 0
+    for piece in pieces(text, 3):
+        content += "".join(e.text for e in parser.feed(piece) if isinstance(e, ContentDelta))
+        fed += len(piece)
+        if start < fed < len(text) - 2:
+            body = text[start:fed]
+            for cut in range(6):  # less an escape cut by the piece's end
+                try:
+                    decoded = json.loads('"' + body[: len(body) - cut] + '"')
+                    break
+                except ValueError:
+                    continue
+            assert content == decoded
+    content += "".join(e.text for e in parser.finish() if isinstance(e, ContentDelta))
+    assert content == reply
+
+
+def test_surrogate_escapes_split_anywhere_in_a_long_string() -> None:
+    body = r"a\ud83d\ude00b\ud83dc\ude00\u00e9\"\\" * 40 + r"\ud83d"
+    text = '{"response":"' + body + '"}'
+    expected = ('a\U0001f600b\ufffdc\ufffd\u00e9"\\' * 40 + "\ufffd", [], "stop")
+    assert parse(text) == expected
+    whole = coalesce(stream([text])[0])
+    for k in range(len(text) + 1):
+        assert coalesce(stream([text[:k], text[k:]])[0]) == whole, k
+
+
+def test_containers_read_at_once_agree_with_the_char_reader() -> None:
+    head = '{"tool_call":{"name":"f","arguments":'
+    deep = "[" * 3_000 + "]" * 3_000
+    nested: Any = {"b": None}
+    for _ in range(20):
+        nested = [nested]
+    nested = {"a": nested, "c": "}]"}
+    cases = [
+        # NaN is no JSON: the call stops at it (it already started), closed off
+        (head + '{"a":[1,2,NaN]}}}', [("f", {"a": [1, 2]})]),
+        (head + "[1, {}]}}", [("f", {})]),  # an array is no arguments object
+        (head + json.dumps(nested) + "}}", [("f", nested)]),
+        # skipped containers: unknown keys, deep ones too
+        ('{"x":' + deep + ',"thought":{"a":[1,{"b":"}"}]},' + head[1:] + "{}}}", [("f", {})]),
+    ]
+    for text, expected in cases:
+        assert parse(text)[1:] == (expected, "tool_calls"), text[:60]
+        whole = coalesce(stream([text])[0])
+        for seed in range(3):
+            assert coalesce(stream(pieces(text, seed, 40))[0]) == whole
+    # 3,000 levels: deeper than the C reader goes; read char by char, same result
+    text = head + '{"a":' + deep + "}}}"
+    assert accumulate(stream([text])[0])[1] == [("call_0", "f", '{"a":' + deep + "}")]
+    assert coalesce(stream(pieces(text, 0, 500))[0]) == coalesce(stream([text])[0])
+    # before the name, NaN makes the object invalid before anything was emitted: text
+    bad = '{"tool_call":{"arguments":{"a":NaN},"name":"f"}}'
+    assert parse(bad) == (bad, [], "stop")
+
+
+def test_large_arguments_before_the_name_are_held_then_emitted() -> None:
+    args = {"s": CODE * 300, "list": list(range(500))}
+    text = json.dumps({"tool_call": {"arguments": args, "name": "f"}})
+    expected = [ToolCallStart(0, "call_0", "f"), ToolCallArgs(0, json.dumps(args))]
+    assert coalesce(stream([text])[0]) == expected
+    assert coalesce(stream(pieces(text, 1))[0]) == expected
