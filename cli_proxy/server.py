@@ -22,6 +22,7 @@ from .failures import CallError
 from .gateway import Gateway
 from .guard import Guard
 from .logs import log
+from .openapi import openapi_json
 from .protocol import ChatCompletionRequest, ModelCard, ModelList
 from .responses import (
     ResponseBuilder,
@@ -440,6 +441,7 @@ def create_app(gateway: Gateway) -> web.Application:
     app.on_response_prepare.append(guard.on_prepare)
     app[GATEWAY] = gateway
     app.router.add_get("/health", health)
+    app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
         app.router.add_post(f"{prefix}/responses", responses)
