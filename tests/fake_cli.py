@@ -52,7 +52,7 @@ import uuid
 def stream_json_blocks(data: str) -> list[dict[str, str]]:
     """The content blocks of a stream-json stdin, images by digest (echo_blocks)."""
     out: list[dict[str, str]] = []
-    for line in data.splitlines():
+    for line in data.split("\n"):  # like a JSON-lines reader
         if line.strip():
             for b in json.loads(line)["message"]["content"]:
                 if b.get("type") == "image":
@@ -67,7 +67,7 @@ def stream_json_blocks(data: str) -> list[dict[str, str]]:
 def stream_json_prompt(data: str) -> str:
     """claude --input-format stream-json: user messages of text blocks, one JSON per line."""
     texts: list[str] = []
-    for line in data.splitlines():
+    for line in data.split("\n"):  # like a JSON-lines reader
         if line.strip():
             msg = json.loads(line)
             assert msg["type"] == "user", msg

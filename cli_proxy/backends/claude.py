@@ -151,7 +151,8 @@ class ClaudeBackend(Backend):
             if i == prompt.cache_block:  # on the turn's last piece: the whole turn is cached
                 blocks[-1]["cache_control"] = {"type": "ephemeral"}
         message = {"type": "user", "message": {"role": "user", "content": blocks}}
-        return json.dumps(message, ensure_ascii=False).encode("utf-8") + b"\n"
+        line = json.dumps(message, ensure_ascii=False).translate(_LINE_BREAKS_ESCAPED)
+        return line.encode("utf-8") + b"\n"
 
     @classmethod
     def new_parser(cls) -> ClaudeParser:
@@ -168,6 +169,12 @@ class ClaudeBackend(Backend):
             if isinstance(obj, dict) and isinstance(obj.get("claude_code_version"), str):
                 return str(obj["claude_code_version"])
         return None
+
+
+# JSON allows these raw in a string, but a reader that splits its input on Unicode line
+# breaks (Python's str.splitlines) would cut the one stdin line in two: escaped, they are
+# the same text for any JSON reader.
+_LINE_BREAKS_ESCAPED = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
 class ClaudeParser:
