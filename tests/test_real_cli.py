@@ -54,14 +54,14 @@ FOREIGN_ENV = (
 )
 
 
-def real_cli_dir() -> Path | None:
-    """The first folder holding both binaries: $CLI_PROXY_REAL_CLI_DIR, then .cli/."""
+def real_cli_dir(names: tuple[str, ...] = ("claude", "gemini")) -> Path | None:
+    """The first folder holding these binaries: $CLI_PROXY_REAL_CLI_DIR, then .cli/."""
     candidates = [
         os.environ.get("CLI_PROXY_REAL_CLI_DIR"),
         *sorted(str(p) for p in ROOT.glob(".cli/*/node_modules/.bin")),
     ]
     for c in candidates:
-        if c and all(os.access(Path(c) / name, os.X_OK) for name in ("claude", "gemini")):
+        if c and all(os.access(Path(c) / name, os.X_OK) for name in names):
             return Path(c).resolve()
     return None
 

@@ -30,25 +30,15 @@ from cli_proxy.gateway import Gateway, live_backends
 from .conftest import Served, ServeFactory, fake
 from .fake_model_api import FakeModelAPI, responses_texts, start_fake_model_api
 from .test_chat import CALL, TIME, WEATHER
+from .test_real_cli import real_cli_dir
 from .test_sealed_processes import LAUNCHERS
 
 ROOT = Path(__file__).resolve().parent.parent
 MODEL = "gpt-5.5"
 
 
-def codex_bin() -> Path | None:
-    """$CLI_PROXY_REAL_CLI_DIR/codex, else the first .cli/*/node_modules/.bin/codex."""
-    candidates = [
-        os.environ.get("CLI_PROXY_REAL_CLI_DIR"),
-        *sorted(str(p) for p in ROOT.glob(".cli/*/node_modules/.bin")),
-    ]
-    for c in candidates:
-        if c and os.access(Path(c) / "codex", os.X_OK):
-            return (Path(c) / "codex").resolve()
-    return None
-
-
-CODEX = codex_bin()
+_DIR = real_cli_dir(("codex",))
+CODEX = (_DIR / "codex") if _DIR is not None else None
 
 pytestmark = [
     pytest.mark.realcli,
