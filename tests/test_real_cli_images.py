@@ -83,7 +83,7 @@ async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: Real
     assert "a red square:" in got[0][2] and "and a blue one:" in got[1][2]
 
 
-async def test_tool_result_image_arrives_as_an_image_block(real: RealCLIs) -> None:  # noqa: F811
+async def test_tool_result_png_and_jpeg_arrive_as_image_blocks(real: RealCLIs) -> None:  # noqa: F811
     shot = {
         "type": "function",
         "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}},
@@ -104,7 +104,11 @@ async def test_tool_result_image_arrives_as_an_image_block(real: RealCLIs) -> No
                     }
                 ],
             },
-            {"role": "tool", "tool_call_id": "c1", "content": [image_part(JPEG, "image/jpeg")]},  # type: ignore[list-item]
+            {
+                "role": "tool",
+                "tool_call_id": "c1",
+                "content": [image_part(PNG, "image/png"), image_part(JPEG, "image/jpeg")],  # type: ignore[list-item]
+            },
             {
                 "role": "user",
                 "content": "and now?" + fake(answer='{"tool_call":null,"response":"blue"}'),
@@ -113,7 +117,7 @@ async def test_tool_result_image_arrives_as_an_image_block(real: RealCLIs) -> No
     )
     assert r.choices[0].message.content == "blue"
     got = images_in_order(upstream_blocks(real, "claude-image-tool-result.request.json"))
-    assert [(t, raw) for t, raw, _ in got] == [("image/jpeg", JPEG)]
+    assert [(t, raw) for t, raw, _ in got] == [("image/png", PNG), ("image/jpeg", JPEG)]
     assert 'role="tool_result"' in got[0][2] and 'name="screenshot"' in got[0][2]
 
 
