@@ -45,7 +45,11 @@ class GatewayRequestHandler(RequestHandler):
             self._head_timer = None
 
     def _between_requests(self) -> bool:
-        return not self._request_in_progress and not self._messages
+        # aiohttp's own state (3.9+); read defensively so that a rename in a later aiohttp
+        # disables the deadline instead of breaking every request (tests/test_listener.py
+        # would then fail loudly)
+        busy = getattr(self, "_request_in_progress", True)
+        return not busy and not getattr(self, "_messages", True)
 
     def _head_late(self) -> None:
         self._head_timer = None
