@@ -94,8 +94,13 @@ class GatewayRequestHandler(RequestHandler):
             err = APIError(504, "the request handler timed out", code="timeout")
         else:
             err = APIError(status, "internal gateway error; see the gateway log")
-        log.info("http_request_rejected", status=status, error=type(exc).__name__ if exc else None)
-        log.debug("http_request_rejected_detail", detail=message or repr(exc))
+        if status >= 500:  # not the client's doing: the whole story, once
+            log.error("http_handler_error", status=status, exc_info=exc)
+        else:
+            log.info(
+                "http_request_rejected", status=status, error=type(exc).__name__ if exc else None
+            )
+            log.debug("http_request_rejected_detail", detail=message or repr(exc))
         resp = web.Response(
             status=err.status, body=_error_bytes(err), content_type="application/json"
         )
