@@ -100,6 +100,8 @@ class Gateway:
     launcher: Launcher = field(init=False)
     pool: WarmPool | None = field(init=False)
     prompt_options: PromptOptions = field(init=False)
+    image_limits: ImageLimits = field(init=False)
+    fetch_policy: FetchPolicy = field(init=False)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -111,6 +113,10 @@ class Gateway:
         home_paths = {n: backend_class(n).home_paths for n in names()}
         self.launcher = make_launcher(s.launcher, home_paths, s.work_root)
         self.prompt_options = PromptOptions(s.function_list_threshold, s.sanitize_system)
+        self.image_limits = ImageLimits(s.max_images, s.max_image_bytes, s.max_image_total_bytes)
+        self.fetch_policy = FetchPolicy(
+            s.image_fetch, s.image_fetch_private, s.image_fetch_timeout_s, s.max_image_bytes
+        )
         pooled = s.warm_pool and s.warm_max_total > 0 and s.warm_max_per_key > 0
         self.pool = (
             WarmPool(
@@ -145,12 +151,8 @@ class Gateway:
     async def prepare(self, req: ChatCompletionRequest) -> ChatCompletionRequest:
         """The I/O a request may need before it can be planned: its remote images fetched
         (only when ``image_fetch`` allows; ``plan`` refuses them otherwise)."""
-        s = self.settings
-        policy = FetchPolicy(
-            s.image_fetch, s.image_fetch_private, s.image_fetch_timeout_s, s.max_image_bytes
-        )
         try:
-            return await fetch_all(req, policy)
+            return await fetch_all(req, self.fetch_policy)
         except ImageError as exc:
             raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
 
@@ -214,10 +216,8 @@ class Gateway:
 
     def _images(self, req: ChatCompletionRequest, r: Route) -> dict[str, PromptImage]:
         """The request's images, decoded and checked; 400 when the backend cannot take any."""
-        s = self.settings
-        limits = ImageLimits(s.max_images, s.max_image_bytes, s.max_image_total_bytes)
         try:
-            images = extract(req, limits)
+            images = extract(req, self.image_limits)
         except ImageError as exc:
             raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
         if images and not backend_class(r.backend).accepts_images:
