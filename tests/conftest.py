@@ -23,6 +23,7 @@ pytest_plugins = ["pytester"]
 
 HERE = Path(__file__).resolve().parent
 FAKE_CLI = HERE / "fake_cli.py"
+CODEX_FAKE_CLI = HERE / "data" / "real-cli" / "codex-fake-cli.py"  # codex's real --json format
 
 
 def fake(**spec: Any) -> str:
@@ -34,7 +35,7 @@ def fake_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "claude_bin": f"{sys.executable} {FAKE_CLI} claude",
         "gemini_bin": f"{sys.executable} {FAKE_CLI} gemini",
-        "codex_bin": f"{sys.executable} {HERE / 'data' / 'real-cli' / 'codex-fake-cli.py'}",
+        "codex_bin": f"{sys.executable} {CODEX_FAKE_CLI}",
         "timeout_s": 30,
         "idle_timeout_s": 15,
         "kill_grace_s": 1,

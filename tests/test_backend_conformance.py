@@ -33,7 +33,7 @@ from cli_proxy.events import CliEvent, Failure, TextDelta, Truncated, UsageRepor
 from cli_proxy.failures import CliFailed, FailureKind
 from cli_proxy.routing import route
 
-from .conftest import Served, ServeFactory, fake
+from .conftest import CODEX_FAKE_CLI, Served, ServeFactory, fake
 
 REAL = Path(__file__).parent / "data" / "real-cli"
 
@@ -122,8 +122,6 @@ CONFORMANCE: dict[str, Conformance] = {
         auth_env="CODEX_API_KEY",
     ),
 }
-
-CODEX_FAKE_CLI = REAL / "codex-fake-cli.py"
 
 
 BUILTIN = [n for n in names() if n in CONFORMANCE]

@@ -16,12 +16,11 @@ import pytest
 
 from cli_proxy.testing import start_gateway
 
-from .conftest import ServeFactory, fake
+from .conftest import CODEX_FAKE_CLI, ServeFactory, fake
 from .test_chat import CALL, TIME, WEATHER
 
 ROOT = Path(__file__).resolve().parent.parent
 SHIPPED = ROOT / "fixtures"
-FAKE_CODEX = ROOT / "tests" / "data" / "real-cli" / "codex-fake-cli.py"
 
 
 def codex_fixtures() -> list[dict[str, Any]]:
@@ -81,7 +80,7 @@ def test_replayed(cli_proxy_client):
 
 
 async def served_codex(serve: ServeFactory, bin: str | None = None) -> Any:
-    command = bin or f"{sys.executable} {FAKE_CODEX}"
+    command = bin or f"{sys.executable} {CODEX_FAKE_CLI}"
     return await serve(codex={"bin": command}, idle_timeout_s=5)
 
 
@@ -135,7 +134,7 @@ async def test_failed_turn_maps_to_its_status(serve: ServeFactory) -> None:
 
 async def test_cli_tool_call_ends_the_call_at_once(serve: ServeFactory) -> None:
     """codex says so only on stderr; the backend merges it into stdout for the parser."""
-    served = await served_codex(serve, f"{sys.executable} {FAKE_CODEX}")
+    served = await served_codex(serve, f"{sys.executable} {CODEX_FAKE_CLI}")
     with pytest.raises(openai.InternalServerError) as info:
         await served.client.chat.completions.create(
             model="gpt-5.5",

@@ -91,34 +91,31 @@ async def test_user_images_reach_claude_in_place(served: Served) -> None:
     assert "first" in before_first and "then" in got[first + 1]["text"]
 
 
+SCREENSHOT: dict[str, Any] = {
+    "type": "function",
+    "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}},
+}
+
+
+def screenshot_turns(tool_content: list[dict[str, Any]], then: str) -> list[dict[str, Any]]:
+    """A conversation whose screenshot tool answered with ``tool_content``, then a user turn."""
+    call = {"id": "c1", "type": "function", "function": {"name": "screenshot", "arguments": "{}"}}
+    return [
+        {"role": "user", "content": "take a screenshot"},
+        {"role": "assistant", "content": None, "tool_calls": [call]},
+        {"role": "tool", "tool_call_id": "c1", "content": tool_content},
+        {"role": "user", "content": then},
+    ]
+
+
 async def test_tool_result_images_reach_claude(served: Served) -> None:
-    weather = {
-        "type": "function",
-        "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}},
-    }
     got = await blocks(
         served,
-        [
-            {"role": "user", "content": "take a screenshot"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "c1",
-                        "type": "function",
-                        "function": {"name": "screenshot", "arguments": "{}"},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": "c1",
-                "content": [{"type": "text", "text": "here"}, image_part(data_url(PNG))],
-            },
-            {"role": "user", "content": "what is on it?" + fake(echo_blocks=True)},
-        ],
-        tools=[weather],
+        screenshot_turns(
+            [{"type": "text", "text": "here"}, image_part(data_url(PNG))],
+            "what is on it?" + fake(echo_blocks=True),
+        ),
+        tools=[SCREENSHOT],
     )
     assert images_of(got) == [("image/png", sha(PNG))]
     i = next(i for i, b in enumerate(got) if "image" in b)

@@ -17,24 +17,14 @@ import openai
 import pytest
 
 from .conftest import fake
+from .test_images import JPEG, PNG, SCREENSHOT, data_url, image_part, screenshot_turns, sha
 
 # `real` is the real-CLI fixture; the tests' parameters of that name are its uses (F811)
 from .test_real_cli import GEMINI, RealCLIs, real  # noqa: F401
 
-IMAGES = Path(__file__).parent / "data" / "images"
-PNG = (IMAGES / "red-8x8.png").read_bytes()
-JPEG = (IMAGES / "blue-8x8.jpg").read_bytes()
 CLAUDE = "claude-sonnet-4-6"
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(60)]
-
-
-def data_url(raw: bytes, media_type: str) -> str:
-    return f"data:{media_type};base64," + base64.b64encode(raw).decode()
-
-
-def image_part(raw: bytes, media_type: str) -> dict[str, Any]:
-    return {"type": "image_url", "image_url": {"url": data_url(raw, media_type)}}
 
 
 def upstream_blocks(real: RealCLIs, capture: str) -> list[dict[str, Any]]:  # noqa: F811
@@ -67,9 +57,9 @@ async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: Real
                 "role": "user",
                 "content": [
                     {"type": "text", "text": "a red square:"},
-                    image_part(PNG, "image/png"),  # type: ignore[list-item]
+                    image_part(data_url(PNG)),  # type: ignore[list-item]
                     {"type": "text", "text": "and a blue one:"},
-                    image_part(JPEG, "image/jpeg"),  # type: ignore[list-item]
+                    image_part(data_url(JPEG, "image/jpeg")),  # type: ignore[list-item]
                     {"type": "text", "text": "colours?" + fake(answer="red and blue")},
                 ],
             }
@@ -79,41 +69,18 @@ async def test_user_turn_png_and_jpeg_arrive_as_image_blocks_in_place(real: Real
     blocks = upstream_blocks(real, "claude-image-user-turn.request.json")
     got = images_in_order(blocks)
     assert [(t, raw) for t, raw, _ in got] == [("image/png", PNG), ("image/jpeg", JPEG)]
-    assert got[0][2].endswith(f'media_type="image/png" sha256="{_sha(PNG)}"/>')
+    assert got[0][2].endswith(f'media_type="image/png" sha256="{sha(PNG)}"/>')
     assert "a red square:" in got[0][2] and "and a blue one:" in got[1][2]
 
 
 async def test_tool_result_png_and_jpeg_arrive_as_image_blocks(real: RealCLIs) -> None:  # noqa: F811
-    shot = {
-        "type": "function",
-        "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}},
-    }
     r = await real.client.chat.completions.create(
         model=CLAUDE,
-        tools=[shot],  # type: ignore[list-item]
-        messages=[
-            {"role": "user", "content": "take a screenshot"},
-            {
-                "role": "assistant",
-                "content": None,
-                "tool_calls": [
-                    {
-                        "id": "c1",
-                        "type": "function",
-                        "function": {"name": "screenshot", "arguments": "{}"},
-                    }
-                ],
-            },
-            {
-                "role": "tool",
-                "tool_call_id": "c1",
-                "content": [image_part(PNG, "image/png"), image_part(JPEG, "image/jpeg")],  # type: ignore[list-item]
-            },
-            {
-                "role": "user",
-                "content": "and now?" + fake(answer='{"tool_call":null,"response":"blue"}'),
-            },
-        ],
+        tools=[SCREENSHOT],  # type: ignore[list-item]
+        messages=screenshot_turns(  # type: ignore[arg-type]
+            [image_part(data_url(PNG)), image_part(data_url(JPEG, "image/jpeg"))],
+            "and now?" + fake(answer='{"tool_call":null,"response":"blue"}'),
+        ),
     )
     assert r.choices[0].message.content == "blue"
     got = images_in_order(upstream_blocks(real, "claude-image-tool-result.request.json"))
@@ -125,14 +92,8 @@ async def test_gemini_images_are_refused_before_any_process(real: RealCLIs) -> N
     with pytest.raises(openai.BadRequestError) as info:
         await real.client.chat.completions.create(
             model=GEMINI,
-            messages=[{"role": "user", "content": [image_part(PNG, "image/png")]}],  # type: ignore[list-item]
+            messages=[{"role": "user", "content": [image_part(data_url(PNG))]}],  # type: ignore[list-item]
         )
     body: Any = info.value.body
     assert body["code"] == "images_not_supported" and "gemini" in body["message"]
     assert real.model_requests() == []
-
-
-def _sha(raw: bytes) -> str:
-    import hashlib
-
-    return hashlib.sha256(raw).hexdigest()
