@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli_proxy.answer import AnswerParser, parse_answer  # noqa: E402
 from cli_proxy.backends.claude import ClaudeParser  # noqa: E402
-from cli_proxy.events import TextDelta  # noqa: E402
+from cli_proxy.events import CliText  # noqa: E402
 from cli_proxy.prompt import build_prompt  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 
@@ -344,7 +344,7 @@ def scale() -> None:
             cli, ans = ClaudeParser(), AnswerParser(lambda: "call_x")
             for line in lines:
                 for ev in cli.feed(line):
-                    if isinstance(ev, TextDelta):
+                    if isinstance(ev, CliText):
                         ans.feed(ev.text)
             ans.finish()
 

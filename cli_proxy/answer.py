@@ -78,7 +78,14 @@ class ToolCallArgs:
     fragment: str
 
 
-AnswerEvent = ContentDelta | ToolCallStart | ToolCallArgs
+@dataclass(frozen=True, slots=True)
+class ReasoningDelta:
+    """A piece of what the model thought (the CLI's thinking); never content, never parsed."""
+
+    text: str
+
+
+AnswerEvent = ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgs
 
 _KEYS = ("tool_call", "tool_calls", "response")
 _TRIGGER = re.compile(r'\{[ \t\n\r]*"(?:tool_calls?|response)"[ \t\n\r]*:')
@@ -869,7 +876,7 @@ def accumulate(events: Iterable[AnswerEvent]) -> tuple[str, list[tuple[str, str,
             content.append(ev.text)
         elif isinstance(ev, ToolCallStart):
             calls[ev.index] = (ev.id, ev.name, [])
-        elif ev.index in calls:
+        elif isinstance(ev, ToolCallArgs) and ev.index in calls:
             calls[ev.index][2].append(ev.fragment)
     return "".join(content), [(c[0], c[1], "".join(c[2])) for _, c in sorted(calls.items())]
 

@@ -12,9 +12,16 @@ import contextlib
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 
-from .answer import AnswerEvent, AnswerParser, ContentDelta, ToolCallArgs, ToolCallStart
+from .answer import (
+    AnswerEvent,
+    AnswerParser,
+    ContentDelta,
+    ReasoningDelta,
+    ToolCallArgs,
+    ToolCallStart,
+)
 from .containment import Launcher
-from .events import CliEvent, Failure, Truncated, UsageReport
+from .events import CliEvent, CliThinking, CliToolCall, Failure, Truncated, UsageReport
 from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
 from .plan import Plan, new_call_id
@@ -23,6 +30,7 @@ from .process import FAILED_GRACE_S, LINGER_GRACE_S, CliRun, RunStats, started
 from .protocol import (
     ChatCompletion,
     Choice,
+    CompletionTokensDetails,
     PromptTokensDetails,
     ResponseFunction,
     ResponseMessage,
@@ -85,7 +93,8 @@ class CallRules:
                 if ev.index in self.index:
                     out.append(ToolCallArgs(self.index[ev.index], ev.fragment))
             else:
-                self.content = self.content or bool(ev.text)
+                if isinstance(ev, ContentDelta):
+                    self.content = self.content or bool(ev.text)
                 out.append(ev)
         return out
 
@@ -143,7 +152,7 @@ class Completion:
                         self.sink.spawned()  # recorded times count from the prompt
                     if spare is not None:  # it already has the prefix that kept it waiting
                         stdin = stdin[len(launch.warm_prefix) :]
-                    run.feed(stdin)
+                    run.feed(stdin, keep_open=launch.duplex)
                     yield self._events(run)
         finally:
             if self.sink is not None and run is not None:
@@ -173,9 +182,10 @@ class Completion:
         json_mode = answer is None and fmt is not None and fmt.type != "text"
         held: list[str] = []  # a response_format answer is checked whole before it is sent
         size, limit = 0, self.supervisor.limits.max_answer_bytes
+        native_calls = 0  # calls made through the CLI's channel (native_tools backends)
 
         def consume(cli_events: list[CliEvent]) -> list[AnswerEvent]:
-            nonlocal failure, truncated, size
+            nonlocal failure, truncated, size, native_calls
             out: list[AnswerEvent] = []
             for ev in cli_events:
                 if isinstance(ev, Failure):
@@ -188,12 +198,14 @@ class Completion:
                         completion_tokens=ev.completion_tokens,
                         total_tokens=ev.prompt_tokens + ev.completion_tokens,
                         prompt_tokens_details=PromptTokensDetails(cached_tokens=ev.cached_tokens),
+                        completion_tokens_details=CompletionTokensDetails(
+                            reasoning_tokens=ev.reasoning_tokens
+                        ),
                     )
                 elif failure is None:
+                    text = ev.arguments if isinstance(ev, CliToolCall) else ev.text
                     size += (
-                        len(ev.text)
-                        if ev.text.isascii()
-                        else len(ev.text.encode("utf-8", "surrogatepass"))
+                        len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
                     )
                     if size > limit:
                         run.stats.killed = "answer_too_large"  # the caller's exit kills it
@@ -202,7 +214,14 @@ class Completion:
                             f"the answer exceeded the gateway's limit of {limit} bytes "
                             "(max_answer_bytes)",
                         )
-                    if answer is not None:
+                    if isinstance(ev, CliThinking):
+                        out.append(ReasoningDelta(ev.text))
+                    elif isinstance(ev, CliToolCall):
+                        start = ToolCallStart(native_calls, self._next_call_id(), ev.name)
+                        args = ToolCallArgs(native_calls, ev.arguments)
+                        native_calls += 1
+                        out.extend(rules.apply([start, args]))
+                    elif answer is not None:
                         out.extend(rules.apply(answer.feed(ev.text)))
                     elif json_mode:
                         held.append(ev.text)
@@ -215,7 +234,9 @@ class Completion:
         async for line in run.lines():
             if self.sink is not None:
                 self.sink.line(line)
-            for out in consume(parser.feed(line)):
+            events = consume(parser.feed(line))
+            run.send(parser.replies())  # a duplex protocol's next messages, in order
+            for out in events:
                 yield out
             if parser.done:  # the result is in: a CLI that lingers does not hold the answer
                 break
@@ -241,6 +262,7 @@ class Completion:
         if answer is not None:
             for out in rules.finish(answer, answer.finish()):
                 yield out
+        if answer is not None or native_calls:
             if rules.dropped and not rules.index and not rules.content:
                 names = ", ".join(sorted(set(rules.dropped)))
                 raise CliFailed(
@@ -249,7 +271,7 @@ class Completion:
                     "(not in tools, or a second call with parallel_tool_calls false)",
                 )
             self.outcome.finish_reason = "tool_calls" if rules.index else "stop"
-            if answer.cut_off:
+            if answer is not None and answer.cut_off:
                 self.outcome.finish_reason = "length"
             self.outcome.incomplete_calls = rules.incomplete
         if truncated:
@@ -272,6 +294,8 @@ async def collect(completion: Completion) -> ChatCompletion:
                 )
             elif isinstance(ev, ToolCallArgs):
                 calls[ev.index].function.arguments += ev.fragment
+            elif isinstance(ev, ReasoningDelta):
+                pass  # reasoning output: not yet on the chat wire
     text = "".join(content)
     calls = [c for i, c in enumerate(calls) if i not in completion.outcome.incomplete_calls]
     message = ResponseMessage(content=text or None, tool_calls=calls or None)

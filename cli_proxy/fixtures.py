@@ -10,6 +10,7 @@ so a replayed answer takes the same path as a live one.
 from __future__ import annotations
 
 import base64
+import functools
 import hashlib
 import json
 import os
@@ -22,12 +23,13 @@ from pathlib import Path
 from typing import Any
 
 from .backends import backend_class, names
-from .backends.base import LaunchOptions, scrub_env
+from .backends.base import Backend, LaunchOptions, scrub_env
 from .completion import Completion, LineSink
 from .config import Settings
 from .errors import APIError
 from .gateway import Target
 from .plan import LaunchSpec, Plan, ResponseIds
+from .prompt import Prompt
 from .protocol import ChatCompletionRequest
 from .routing import Route
 
@@ -210,6 +212,7 @@ class ReplaySource:
     def __init__(self, store: FixtureStore, speed: float) -> None:
         self.store = store
         self.speed = speed
+        self._backends: dict[str, Backend] = {}
 
     @classmethod
     def load(cls, directory: Path, settings: Settings) -> ReplaySource:
@@ -225,7 +228,15 @@ class ReplaySource:
         backend = self._models().get(model)
         return Route(backend, model) if backend else None
 
-    def target(self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions) -> Target:
+    def backend(self, route: Route) -> Backend:
+        """The recorded backend, with default options: its parser reads the recording."""
+        if route.backend not in self._backends:
+            self._backends[route.backend] = backend_class(route.backend).with_defaults()
+        return self._backends[route.backend]
+
+    def target(
+        self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions, prompt: Prompt
+    ) -> Target:
         normalized = normalized_request(req)
         key = request_key(normalized)
         fixture = self.store.by_key.get(key)
@@ -240,10 +251,11 @@ class ReplaySource:
                 f"no recorded fixture matches this request (key {key}){hint}",
                 code="fixture_not_found",
             )
+        backend = self.backend(Route(fixture.backend, fixture.model))
         return Target(
             _replay_spec(fixture, self.speed),
-            lambda prompt: prompt.text.encode("utf-8"),
-            backend_class(fixture.backend).new_parser,
+            prompt.text.encode("utf-8"),
+            functools.partial(backend.new_parser, prompt, req),
             _recorded_ids(fixture),
         )
 

@@ -7,6 +7,8 @@ Where the CLI command comes from (live backends or recorded fixtures) is a ``Pla
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -33,7 +35,7 @@ class Target:
     """What a source contributes to a plan: the process to start and how to talk to it."""
 
     launch: LaunchSpec
-    encode: Callable[[Prompt], bytes]
+    stdin: bytes  # what is first written to the CLI's stdin
     parser: Callable[[], StreamParser]
     ids: ResponseIds = field(default_factory=ResponseIds)
 
@@ -45,7 +47,13 @@ class PlanSource(Protocol):
 
     def route(self, model: str) -> Route | None: ...
 
-    def target(self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions) -> Target:
+    def backend(self, route: Route) -> Backend:
+        """The backend that reads the routed call (what it accepts, how it is prompted)."""
+        ...
+
+    def target(
+        self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions, prompt: Prompt
+    ) -> Target:
         """The process for this request (or an APIError, e.g. no fixture matches)."""
         ...
 
@@ -73,7 +81,12 @@ class LiveBackends:
     def route(self, model: str) -> Route | None:
         return route(model, self.classes)
 
-    def target(self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions) -> Target:
+    def backend(self, route: Route) -> Backend:
+        return self.backends[route.backend]
+
+    def target(
+        self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions, prompt: Prompt
+    ) -> Target:
         backend = self.backends[route.backend]
         spec = LaunchSpec.make(
             backend.name,
@@ -83,8 +96,10 @@ class LiveBackends:
             backend.private_home(os.environ.get("HOME") or os.path.expanduser("~")),
             warm_prefix=backend.warm_prefix,
             merge_stderr=backend.merge_stderr,
+            duplex=backend.duplex,
         )
-        return Target(spec, backend.encode_prompt, backend.new_parser)
+        stdin = backend.encode_prompt(prompt, req)
+        return Target(spec, stdin, functools.partial(backend.new_parser, prompt, req))
 
 
 def live_backends(settings: Settings) -> LiveBackends:
@@ -159,14 +174,15 @@ class Gateway:
     def plan(self, req: ChatCompletionRequest) -> Plan:
         """Everything decided before a process exists; APIError for a request that cannot run."""
         r = self._check(req)
-        prompt = self._prompt(req, self._images(req, r))
+        backend = self.source.backend(r)
+        prompt = self._prompt(req, self._images(req, r, backend), backend.native_tools)
         effort = req.reasoning_effort or self.settings.reasoning_effort
         launch = LaunchOptions(model=r.cli_model, effort=effort)
-        target = self.source.target(req, r, launch)
+        target = self.source.target(req, r, launch, prompt)
         call = CallInput(
             prompt=prompt.text,
-            stdin=target.encode(prompt),
-            tools_active=tools_active(req),
+            stdin=target.stdin,
+            tools_active=tools_active(req) and not backend.native_tools,
             ids=target.ids,
             parser=target.parser,
         )
@@ -214,13 +230,15 @@ class Gateway:
             )
         return r
 
-    def _images(self, req: ChatCompletionRequest, r: Route) -> dict[str, PromptImage]:
+    def _images(
+        self, req: ChatCompletionRequest, r: Route, backend: Backend
+    ) -> dict[str, PromptImage]:
         """The request's images, decoded and checked; 400 when the backend cannot take any."""
         try:
             images = extract(req, self.image_limits)
         except ImageError as exc:
             raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
-        if images and not backend_class(r.backend).accepts_images:
+        if images and not backend.accepts_images:
             raise APIError(
                 400,
                 f"the {r.backend} backend cannot pass images to its model without opening its "
@@ -231,8 +249,13 @@ class Gateway:
             )
         return images
 
-    def _prompt(self, req: ChatCompletionRequest, images: dict[str, PromptImage]) -> Prompt:
-        prompt = render(req, self.prompt_options, images)
+    def _prompt(
+        self, req: ChatCompletionRequest, images: dict[str, PromptImage], native_tools: bool
+    ) -> Prompt:
+        options = self.prompt_options
+        if native_tools:
+            options = dataclasses.replace(options, native_tools=True)
+        prompt = render(req, options, images)
         size = sum(map(len, prompt.blocks))
         if size > self.settings.max_prompt_chars:
             raise APIError(

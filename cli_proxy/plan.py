@@ -50,6 +50,7 @@ class LaunchSpec:
     read_paths: tuple[str, ...] = ()  # host files the process must read (a sandbox shows them)
     warm_prefix: bytes = b""  # written at spawn; every call's stdin starts with it
     merge_stderr: bool = False  # stderr joins stdout: the parser reads both, in order
+    duplex: bool = False  # stdin stays open while the CLI runs (a request/response protocol)
 
     @classmethod
     def make(
@@ -62,6 +63,7 @@ class LaunchSpec:
         read_paths: tuple[str, ...] = (),
         warm_prefix: bytes = b"",
         merge_stderr: bool = False,
+        duplex: bool = False,
     ) -> LaunchSpec:
         env_pairs = tuple(sorted(env.items()))
         return cls(
@@ -73,6 +75,7 @@ class LaunchSpec:
             read_paths,
             warm_prefix,
             merge_stderr,
+            duplex,
         )
 
     @property

@@ -67,6 +67,8 @@ class Spare:
             return False
         # StreamReader has no public peek; its buffer holds what arrived and was not read
         pending = bytes(getattr(stdout, "_buffer", b""))
+        if self.spec.duplex:  # its answers to the warm prefix (a session opened): the parser's
+            return True
         if self.spec.merge_stderr:
             return not any(line.lstrip().startswith(b"{") for line in pending.splitlines())
         return not pending

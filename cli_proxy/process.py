@@ -77,12 +77,29 @@ class CliRun:
         self._started = time.monotonic()
         self._tasks: list[asyncio.Task[None]] = []
         self._watcher: asyncio.Task[None] | None = None
+        self._stdin_queue: asyncio.Queue[bytes | None] = asyncio.Queue()
+        self._stdin_closed = False
 
-    def feed(self, stdin_data: bytes) -> None:
-        """Write the input (then close stdin) while stdout and stderr are read."""
-        self._tasks.append(asyncio.create_task(self._feed_stdin(stdin_data)))
+    def feed(self, stdin_data: bytes, keep_open: bool = False) -> None:
+        """Write the input while stdout and stderr are read; then close stdin, unless
+        ``keep_open`` (a duplex protocol: ``send`` writes more, ``close_stdin`` ends it)."""
+        self._stdin_queue.put_nowait(stdin_data)
+        if not keep_open:
+            self.close_stdin()
+        self._tasks.append(asyncio.create_task(self._write_stdin()))
         self._tasks.append(asyncio.create_task(self._drain_stderr()))
         self._watcher = asyncio.create_task(self._watch_exit())
+
+    def send(self, data: bytes) -> None:
+        """Queue more input, written in order after what came before (duplex protocols)."""
+        if data and not self._stdin_closed:
+            self._stdin_queue.put_nowait(data)
+
+    def close_stdin(self) -> None:
+        """No more input: stdin is closed once what is queued has been written."""
+        if not self._stdin_closed:
+            self._stdin_closed = True
+            self._stdin_queue.put_nowait(None)
 
     async def _watch_exit(self) -> None:
         """Once the CLI itself has exited, whatever is left in its process group is a
@@ -96,12 +113,13 @@ class CliRun:
         await asyncio.sleep(_PIPE_GRACE_S)
         _close_pipes(self.proc)
 
-    async def _feed_stdin(self, data: bytes) -> None:
+    async def _write_stdin(self) -> None:
         stdin = self.proc.stdin
         assert stdin is not None
         try:
-            stdin.write(data)
-            await stdin.drain()
+            while (data := await self._stdin_queue.get()) is not None:
+                stdin.write(data)
+                await stdin.drain()
         except (BrokenPipeError, ConnectionResetError):
             pass  # the CLI exited early; its exit code and stderr tell why
         finally:
@@ -156,6 +174,7 @@ class CliRun:
         ``grace_s``: the CLI already gave its result; if it has not exited by then it is
         killed ("lingered") and the answer stands. Otherwise a CLI that closed its output but
         does not exit gets the idle timeout, not the rest of the total one."""
+        self.close_stdin()  # a duplex CLI exits once its input ends
         remaining = max(self.deadline - time.monotonic(), 0.0)
         limit = grace_s if grace_s is not None else min(self.limits.idle_timeout_s, remaining)
         try:

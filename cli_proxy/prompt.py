@@ -112,6 +112,9 @@ class PromptOptions:
 
     function_list_threshold: int = 10
     sanitize_system: bool = True
+    native_tools: bool = False
+    """The backend declares the client's tools through its CLI's own channel: no
+    ``<instructions>`` block for them (the model calls them natively)."""
 
 
 def tools_active(req: ChatCompletionRequest) -> bool:
@@ -132,7 +135,7 @@ def render(
     are placed where they occur; without them an image part is a text placeholder."""
     opts = options or PromptOptions()
     blocks: list[etree._Element] = []
-    if tools_active(req):
+    if tools_active(req) and not opts.native_tools:
         blocks.append(_tool_instructions(req, opts))
     elif req.response_format is not None and req.response_format.type != "text":
         blocks.append(_json_instructions(req))

@@ -177,11 +177,18 @@ class PromptTokensDetails(BaseModel):
     cached_tokens: int = 0  # read from the provider's prompt cache (included in prompt_tokens)
 
 
+class CompletionTokensDetails(BaseModel):
+    reasoning_tokens: int = 0  # thinking tokens, included in completion_tokens, where reported
+
+
 class Usage(BaseModel):
     prompt_tokens: int = 0
     completion_tokens: int = 0
     total_tokens: int = 0
     prompt_tokens_details: PromptTokensDetails = Field(default_factory=PromptTokensDetails)
+    completion_tokens_details: CompletionTokensDetails = Field(
+        default_factory=CompletionTokensDetails
+    )
 
 
 class ResponseFunction(BaseModel):

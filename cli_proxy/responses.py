@@ -17,7 +17,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
-from .answer import AnswerEvent, ContentDelta, ToolCallArgs, ToolCallStart
+from .answer import AnswerEvent, ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart
 from .errors import APIError, from_validation_error
 from .protocol import MODEL_NAME, ChatCompletionRequest, Usage
 from .sse import encode
@@ -237,6 +237,8 @@ class ResponseBuilder:
         ]
 
     def feed(self, ev: AnswerEvent) -> list[dict[str, Any]]:
+        if isinstance(ev, ReasoningDelta):
+            return []  # reasoning items: not yet
         if isinstance(ev, ContentDelta):
             out = []
             if self._open is None or self._open["type"] != "message":

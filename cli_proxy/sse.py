@@ -9,7 +9,7 @@ from typing import Any
 
 from aiohttp import web
 
-from .answer import AnswerEvent, ContentDelta, ToolCallArgs, ToolCallStart
+from .answer import AnswerEvent, ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart
 from .errors import APIError
 from .protocol import Usage
 
@@ -62,6 +62,8 @@ class ChunkBuilder:
         return self._chunk({"role": "assistant", "content": ""})
 
     def event(self, ev: AnswerEvent) -> bytes:
+        if isinstance(ev, ReasoningDelta):
+            return b""  # reasoning output: not yet on the chat wire
         if isinstance(ev, ContentDelta):
             return self._chunk({"content": ev.text})
         if isinstance(ev, ToolCallStart):

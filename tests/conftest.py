@@ -14,9 +14,13 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from openai import AsyncOpenAI
 
+from cli_proxy.backends import backend_class
+from cli_proxy.backends.base import StreamParser
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.listener import GatewayRunner
+from cli_proxy.prompt import render
+from cli_proxy.protocol import ChatCompletionRequest
 from cli_proxy.server import create_app
 
 pytest_plugins = ["pytester"]
@@ -125,3 +129,11 @@ def no_leaked_children() -> Any:
     while (kids := me.children(recursive=True)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not kids, f"leaked child processes: {[(k.pid, k.cmdline()) for k in kids]}"
+
+
+def new_parser(backend: str) -> StreamParser:
+    """A parser of ``backend`` (default options) for one trivial call, to replay captures."""
+    req = ChatCompletionRequest.model_validate(
+        {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
+    )
+    return backend_class(backend).with_defaults().new_parser(render(req), req)

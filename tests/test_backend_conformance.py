@@ -29,11 +29,11 @@ from cli_proxy.backends.codex import (
     seal_catalog,
 )
 from cli_proxy.errors import api_error
-from cli_proxy.events import CliEvent, Failure, TextDelta, Truncated, UsageReport
+from cli_proxy.events import CliEvent, CliText, Failure, Truncated, UsageReport
 from cli_proxy.failures import CliFailed, FailureKind
 from cli_proxy.routing import route
 
-from .conftest import CODEX_FAKE_CLI, Served, ServeFactory, fake
+from .conftest import CODEX_FAKE_CLI, Served, ServeFactory, fake, new_parser
 
 REAL = Path(__file__).parent / "data" / "real-cli"
 
@@ -139,11 +139,11 @@ def capture(backend: str, case: str) -> list[CliEvent]:
     conf = CONFORMANCE[backend]
     if case in conf.known_limits:
         pytest.xfail(f"known limit of {backend}: {conf.known_limits[case]}")
-    return replay(backend_class(backend).new_parser(), conf.captures[case])
+    return replay(new_parser(backend), conf.captures[case])
 
 
 def text_of(events: list[CliEvent]) -> str:
-    return "".join(e.text for e in events if isinstance(e, TextDelta))
+    return "".join(e.text for e in events if isinstance(e, CliText))
 
 
 def failures_of(events: list[CliEvent]) -> list[Failure]:
@@ -372,7 +372,7 @@ def test_codex_item_updated_streams_only_new_text() -> None:
         {"type": "item.completed", "item": {"id": "j", "type": "agent_message", "text": "Bye"}},
     ]
     deltas = [e for line in lines for e in parser.feed(json.dumps(line).encode())]
-    assert deltas == [TextDelta("Hel"), TextDelta("lo"), TextDelta("\n\nBye")]
+    assert deltas == [CliText("Hel"), CliText("lo"), CliText("\n\nBye")]
 
 
 @pytest.mark.parametrize(

@@ -19,8 +19,10 @@ from cli_proxy.backends.base import (
     load_json_line,
 )
 from cli_proxy.backends.registry import unregister
-from cli_proxy.events import CliEvent, TextDelta, UsageReport
+from cli_proxy.events import CliEvent, CliText, UsageReport
 from cli_proxy.gateway import Gateway, live_backends
+from cli_proxy.prompt import Prompt
+from cli_proxy.protocol import ChatCompletionRequest
 
 from .conftest import ServeFactory, fake_settings
 
@@ -32,7 +34,7 @@ class EchoOptions(BackendOptions):
     shout: bool = False
 
 
-class EchoParser:
+class EchoParser(StreamParser):
     def __init__(self, shout: bool = False) -> None:
         self.done = False
         self.seen = False
@@ -44,7 +46,7 @@ class EchoParser:
             return []
         if isinstance(obj.get("say"), str):
             self.seen = True
-            return [TextDelta(obj["say"])]
+            return [CliText(obj["say"])]
         done = obj.get("done")
         if isinstance(done, dict):
             self.done = True
@@ -64,8 +66,7 @@ class EchoBackend(Backend):
     def argv(self, launch: LaunchOptions) -> list[str]:
         return [*self.command, "--model", launch.model]
 
-    @classmethod
-    def new_parser(cls) -> StreamParser:
+    def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> StreamParser:
         return EchoParser()
 
 

@@ -295,7 +295,7 @@ def _request(turns: int) -> ChatCompletionRequest:
 def _content(req: ChatCompletionRequest) -> list[dict[str, Any]]:
     backend = ClaudeBackend(ClaudeBackend.options_model(bin="claude"))
     prompt = render(req, images=extract(req, ImageLimits()))
-    return list(json.loads(backend.encode_prompt(prompt))["message"]["content"])
+    return list(json.loads(backend.encode_prompt(prompt, req))["message"]["content"])
 
 
 def test_an_early_image_keeps_the_cached_prefix_and_is_sent_once() -> None:

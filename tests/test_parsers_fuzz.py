@@ -9,10 +9,12 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli_proxy.backends import backend_class, names
+from cli_proxy.backends import names
 from cli_proxy.backends.base import StreamParser, classify_failure, exit_failure, load_json_line
-from cli_proxy.events import Failure, TextDelta, Truncated, UsageReport
+from cli_proxy.events import CliText, Failure, Truncated, UsageReport
 from cli_proxy.failures import FailureKind
+
+from .conftest import new_parser
 
 FAST = settings(max_examples=200, deadline=None, suppress_health_check=[HealthCheck.too_slow])
 
@@ -170,8 +172,8 @@ SPECIALS = [
 def check_events(events: Any) -> None:
     assert isinstance(events, list)
     for ev in events:
-        assert isinstance(ev, TextDelta | UsageReport | Failure | Truncated)
-        if isinstance(ev, TextDelta):
+        assert isinstance(ev, CliText | UsageReport | Failure | Truncated)
+        if isinstance(ev, CliText):
             assert isinstance(ev.text, str)
         elif isinstance(ev, UsageReport):
             assert isinstance(ev.prompt_tokens, int) and isinstance(ev.completion_tokens, int)
@@ -195,16 +197,15 @@ def run_parser(parser: StreamParser, feed: list[bytes], exit_code: int, stderr: 
     st.text(max_size=200),
 )
 def test_parser_never_raises(backend: str, feed: list[bytes], exit_code: int, stderr: str) -> None:
-    run_parser(backend_class(backend).new_parser(), feed, exit_code, stderr)
+    run_parser(new_parser(backend), feed, exit_code, stderr)
 
 
 @pytest.mark.parametrize("backend", names())
 def test_known_nasty_lines(backend: str) -> None:
-    new_parser = backend_class(backend).new_parser
     for code in (0, 1, -9):
-        run_parser(new_parser(), SPECIALS, code, "Error: \x00 boom")
+        run_parser(new_parser(backend), SPECIALS, code, "Error: \x00 boom")
         for line in SPECIALS:
-            run_parser(new_parser(), [line], code, "")
+            run_parser(new_parser(backend), [line], code, "")
 
 
 @FAST

@@ -366,8 +366,9 @@ def test_a_continued_conversation_keeps_the_earlier_prompt_as_its_prefix(
 def test_claude_encodes_blocks_with_a_breakpoint_on_the_last_turn() -> None:
     from cli_proxy.backends.claude import ClaudeBackend, ClaudeOptions
 
-    prompt = render(req([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}]))
-    line = json.loads(ClaudeBackend(ClaudeOptions()).encode_prompt(prompt))
+    request = req([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
+    prompt = render(request)
+    line = json.loads(ClaudeBackend(ClaudeOptions()).encode_prompt(prompt, request))
     content = line["message"]["content"]
     assert [b["text"] for b in content] == list(prompt.blocks)
     assert [i for i, b in enumerate(content) if "cache_control" in b] == [len(content) - 2]

@@ -13,7 +13,7 @@ from hypothesis import strategies as st
 
 from cli_proxy.answer import AnswerParser, accumulate
 from cli_proxy.backends.claude import ClaudeParser
-from cli_proxy.events import TextDelta
+from cli_proxy.events import CliText
 
 from .conftest import Served, fake
 from .test_chat import TIME, WEATHER
@@ -219,7 +219,7 @@ def pipeline(pieces: list[str]) -> tuple[str, list[tuple[str, str, str]]]:
     events = []
     for line in claude_lines(pieces):
         for ev in parser.feed(line):
-            if isinstance(ev, TextDelta):
+            if isinstance(ev, CliText):
                 events += answer.feed(ev.text)
     assert not parser.finish(0, "")
     events += answer.finish()

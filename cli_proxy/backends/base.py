@@ -14,7 +14,7 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, ClassVar, Protocol
+from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
@@ -22,6 +22,7 @@ from ..events import CliEvent, Failure
 from ..failures import FailureKind
 from ..plan import PrivateHome
 from ..prompt import Prompt
+from ..protocol import ChatCompletionRequest
 
 
 @dataclass(frozen=True, slots=True)
@@ -32,15 +33,26 @@ class LaunchOptions:
     effort: str | None = None  # OpenAI reasoning level; None: the CLI's own default
 
 
-class StreamParser(Protocol):
-    """Stateful reader of one CLI run's stdout, line by line. ``done`` turns true once the
-    CLI said its last word (its result): the answer is complete, whatever the process does."""
+class StreamParser:
+    """Stateful reader of one CLI run's stdout, line by line: the CLI side of one call.
 
-    done: bool
+    ``done`` turns true once the CLI said its last word (its result): the answer is complete,
+    whatever the process does. A backend whose CLI speaks a duplex protocol (JSON-RPC over
+    stdio: requests it must answer, a session to open before the prompt) also writes: after
+    each ``feed`` the call sends what ``replies()`` returns to the CLI's stdin, which stays
+    open until the parser is done (``Backend.duplex``)."""
 
-    def feed(self, line: bytes) -> list[CliEvent]: ...
+    done: bool = False
 
-    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]: ...
+    def feed(self, line: bytes) -> list[CliEvent]:
+        raise NotImplementedError
+
+    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
+        raise NotImplementedError
+
+    def replies(self) -> bytes:
+        """Bytes to write to the CLI's stdin now (duplex backends); empty for the others."""
+        return b""
 
 
 class BackendOptions(BaseModel):
@@ -54,7 +66,8 @@ class BackendOptions(BaseModel):
 
 
 class Backend(ABC):
-    """One CLI. Subclasses set the class attributes and implement ``argv`` and ``new_parser``."""
+    """One CLI. Subclasses set the class attributes and implement ``argv`` and ``new_parser``;
+    an instance carries its validated options, so its parser and encodings can use them."""
 
     name: ClassVar[str]
     options_model: ClassVar[type[BackendOptions]]
@@ -71,6 +84,14 @@ class Backend(ABC):
     """True when the CLI says something the call depends on only on stderr (codex: the
     model called a disabled tool): stderr is then joined to stdout, in order, and the
     parser sees its lines as they come (non-JSON lines)."""
+    duplex: ClassVar[bool] = False
+    """True when the CLI speaks a request/response protocol on stdio (ACP, app-server): its
+    stdin stays open after the first write, the parser's ``replies()`` are written as the
+    CLI runs, and stdin is closed once the parser is done."""
+    native_tools: ClassVar[bool] = False
+    """True when the client's tools travel through the CLI's own channel (declared as
+    function tools upstream, calls arriving as ``CliToolCall``): the prompt then carries no
+    JSON answer format, and the answer text is read as plain content."""
     accepts_images: ClassVar[bool] = False
     """True when ``encode_prompt`` sends ``Prompt.images`` to the model; for the others a
     request with images is refused (400) rather than answered blind."""
@@ -110,14 +131,20 @@ class Backend(ABC):
         """A throw-away HOME for the call (None: the real one, limited to ``home_paths``)."""
         return None
 
-    def encode_prompt(self, prompt: Prompt) -> bytes:
-        """The bytes written to the CLI's stdin (then closed): the plain text by default."""
+    def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
+        """The bytes first written to the CLI's stdin (then closed, unless ``duplex``): the
+        plain text by default. Starts with ``warm_prefix``."""
         return prompt.text.encode("utf-8")
 
-    @classmethod
     @abstractmethod
-    def new_parser(cls) -> StreamParser:
-        """A parser for one run's stdout."""
+    def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> StreamParser:
+        """A parser for one run's stdout (a duplex one also writes the rest of the call's
+        input: the prompt once the CLI's session is open, answers to the CLI's requests)."""
+
+    @classmethod
+    def with_defaults(cls) -> Backend:
+        """An instance with default options (replay reads recordings with it)."""
+        return cls(cls.options_from({}))
 
     @classmethod
     def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:

@@ -6,12 +6,14 @@ import json
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..events import CliEvent, Failure, TextDelta, Truncated, UsageReport
+from ..events import CliEvent, CliText, CliThinking, Failure, Truncated, UsageReport
 from ..prompt import Prompt
+from ..protocol import ChatCompletionRequest
 from .base import (
     Backend,
     BackendOptions,
     LaunchOptions,
+    StreamParser,
     as_int,
     classify_failure,
     empty_answer,
@@ -126,7 +128,7 @@ class ClaudeBackend(Backend):
         env.update(SEALED_ENV)
         return env
 
-    def encode_prompt(self, prompt: Prompt) -> bytes:
+    def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         """One stream-json user message whose content blocks are the prompt's blocks (a block
         with images: its text and image blocks in order, each image right after its tag), with a
         cache breakpoint on the last turn: the CLI puts its own on the last block (the
@@ -154,8 +156,7 @@ class ClaudeBackend(Backend):
         line = json.dumps(message, ensure_ascii=False).translate(_LINE_BREAKS_ESCAPED)
         return line.encode("utf-8") + b"\n"
 
-    @classmethod
-    def new_parser(cls) -> ClaudeParser:
+    def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> ClaudeParser:
         return ClaudeParser()
 
     @classmethod
@@ -177,7 +178,7 @@ class ClaudeBackend(Backend):
 _LINE_BREAKS_ESCAPED = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
 
 
-class ClaudeParser:
+class ClaudeParser(StreamParser):
     """Reads system/assistant/stream_event/result lines.
 
     With ``--include-partial-messages`` the text arrives twice: as token deltas in
@@ -191,6 +192,7 @@ class ClaudeParser:
         self._text_seen = False
         self._failed = False
         self._error_kind = ""  # the synthetic assistant message's "error" field
+        self._thought_streamed = False  # thinking deltas seen since the last whole message
 
     def feed(self, line: bytes) -> list[CliEvent]:
         obj = load_json_line(line)
@@ -209,12 +211,18 @@ class ClaudeParser:
         if not isinstance(event, dict) or event.get("type") != "content_block_delta":
             return []
         delta = event.get("delta")
+        if isinstance(delta, dict) and delta.get("type") == "thinking_delta":
+            thought = delta.get("thinking")
+            if isinstance(thought, str) and thought:
+                self._thought_streamed = True
+                return [CliThinking(thought)]
+            return []
         if isinstance(delta, dict) and delta.get("type") == "text_delta":
             text = delta.get("text")
             if isinstance(text, str) and text:
                 self._streamed.append(text)
                 self._text_seen = True
-                return [TextDelta(text)]
+                return [CliText(text)]
         return []
 
     def _assistant(self, obj: dict[str, Any]) -> list[CliEvent]:
@@ -226,6 +234,18 @@ class ClaudeParser:
             self._error_kind = str(obj.get("error") or "")
             return []
         blocks = message.get("content")
+        events: list[CliEvent] = []
+        if not self._thought_streamed:  # thinking not seen as deltas: the whole blocks
+            thought = "".join(
+                block["thinking"]
+                for block in (blocks if isinstance(blocks, list) else [])
+                if isinstance(block, dict)
+                and block.get("type") == "thinking"
+                and isinstance(block.get("thinking"), str)
+            )
+            if thought:
+                events.append(CliThinking(thought))
+        self._thought_streamed = False
         text = "".join(
             block["text"]
             for block in (blocks if isinstance(blocks, list) else [])
@@ -239,8 +259,8 @@ class ClaudeParser:
             text = text[len(streamed) :] if text.startswith(streamed) else ""
         if text:
             self._text_seen = True
-            return [TextDelta(text)]
-        return []
+            events.append(CliText(text))
+        return events
 
     def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
         self.done = True
@@ -265,7 +285,7 @@ class ClaudeParser:
             events.append(failure)
         elif not self._text_seen and isinstance(result_text, str) and result_text:
             self._text_seen = True
-            events.insert(0, TextDelta(result_text))
+            events.insert(0, CliText(result_text))
         return events
 
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:

@@ -23,13 +23,16 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..events import CliEvent, Failure, TextDelta, Truncated, UsageReport
+from ..events import CliEvent, CliText, Failure, Truncated, UsageReport
 from ..failures import FailureKind
 from ..plan import PrivateHome
+from ..prompt import Prompt
+from ..protocol import ChatCompletionRequest
 from .base import (
     Backend,
     BackendOptions,
     LaunchOptions,
+    StreamParser,
     as_int,
     classify_failure,
     empty_answer,
@@ -334,8 +337,7 @@ class CodexBackend(Backend):
             "stream_max_retries = 0\n"
         )
 
-    @classmethod
-    def new_parser(cls) -> CodexParser:
+    def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> CodexParser:
         return CodexParser()
 
 
@@ -375,7 +377,7 @@ def cli_tool_failure(what: str) -> Failure:
     )
 
 
-class CodexParser:
+class CodexParser(StreamParser):
     """Reads codex's ``--json`` events (thread.*, turn.*, item.*, error).
 
     Codex 0.169.0 prints each agent message whole in ``item.completed``: no text deltas,
@@ -458,7 +460,7 @@ class CodexParser:
                 return []
             self._texts[key] = text
             self._text_seen = True
-            return [TextDelta(prefix + new)]
+            return [CliText(prefix + new)]
         if itype in CLI_TOOL_ITEMS and not self._failed:
             self.done = True
             self._failed = True

@@ -8,13 +8,15 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..events import CliEvent, TextDelta, Truncated, UsageReport
+from ..events import CliEvent, CliText, Truncated, UsageReport
 from ..plan import PrivateHome
 from ..prompt import Prompt
+from ..protocol import ChatCompletionRequest
 from .base import (
     Backend,
     BackendOptions,
     LaunchOptions,
+    StreamParser,
     as_int,
     classify_failure,
     empty_answer,
@@ -95,7 +97,7 @@ class GeminiBackend(Backend):
             (".geminiignore", GEMINIIGNORE),
         )
 
-    def encode_prompt(self, prompt: Prompt) -> bytes:
+    def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         return self.warm_prefix + prompt.text.encode("utf-8")
 
     def private_home(self, user_home: str) -> PrivateHome:
@@ -115,12 +117,11 @@ class GeminiBackend(Backend):
             login=login,
         )
 
-    @classmethod
-    def new_parser(cls) -> GeminiParser:
+    def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> GeminiParser:
         return GeminiParser()
 
 
-class GeminiParser:
+class GeminiParser(StreamParser):
     """Reads init/message/result/error lines; user-role messages are prompt echoes."""
 
     def __init__(self) -> None:
@@ -138,7 +139,7 @@ class GeminiParser:
             content = obj.get("content")
             if isinstance(content, str) and content:
                 self._text_seen = True
-                return [TextDelta(content)]
+                return [CliText(content)]
             return []
         if kind == "result":
             return self._result(obj)
