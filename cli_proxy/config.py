@@ -119,6 +119,10 @@ class Settings(BaseSettings):
 
     reasoning_effort: ReasoningEffort | None = None
     """The reasoning level when a request names none (None: each CLI's own default)."""
+    reasoning_output: bool = False
+    """Chat completions carry what the model thought as ``reasoning_content`` (message and
+    deltas). Off: nothing changes on the wire. The Responses API shows reasoning when the
+    request asks for a summary (``reasoning.summary``), whatever this says."""
 
     function_list_threshold: int = Field(default=10, ge=0)
     sanitize_system: bool = True

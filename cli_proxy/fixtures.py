@@ -24,7 +24,7 @@ from typing import Any
 
 from .backends import backend_class, names
 from .backends.base import Backend, LaunchOptions, scrub_env
-from .completion import Completion, LineSink
+from .call import Call, LineSink
 from .config import Settings
 from .errors import APIError
 from .gateway import Target
@@ -293,8 +293,8 @@ class RecordingSink(LineSink):
         t = round(time.monotonic() - self.started, 4)
         self.lines.append({"t": t, "line": data.decode("utf-8", "replace").rstrip("\r\n")})
 
-    def done(self, completion: Completion) -> None:
-        stats = completion.outcome.stats
+    def done(self, call: Call) -> None:
+        stats = call.stats
         lingered = stats is not None and stats.killed == "lingered"  # its answer was whole
         if stats is None or (stats.killed is not None and not lingered) or stats.exit_code is None:
             return  # a cancelled or timed-out run is not a faithful recording
@@ -320,7 +320,7 @@ class RecordingSink(LineSink):
             "response_ids": {
                 "completion_id": self.plan.call.ids.completion_id,
                 "created": self.plan.call.ids.created,
-                "call_ids": completion.outcome.call_ids,
+                "call_ids": call.outcome.call_ids,
             },
             "stdout": self.lines,
         }

@@ -16,7 +16,7 @@ from typing import Protocol
 
 from .backends import backend_class, names
 from .backends.base import Backend, LaunchOptions, StreamParser
-from .completion import Completion, LineSink
+from .call import Call, LineSink
 from .config import Settings
 from .containment import Launcher, make_launcher
 from .errors import APIError
@@ -163,13 +163,14 @@ class Gateway:
             await self.pool.close()
         await self.supervisor.shutdown()
 
-    async def prepare(self, req: ChatCompletionRequest) -> ChatCompletionRequest:
-        """The I/O a request may need before it can be planned: its remote images fetched
-        (only when ``image_fetch`` allows; ``plan`` refuses them otherwise)."""
+    async def open_call(self, req: ChatCompletionRequest) -> Call:
+        """The one step from a validated request to a call ready to run: its remote images
+        fetched (the only I/O, and only when ``image_fetch`` allows), then ``plan``."""
         try:
-            return await fetch_all(req, self.fetch_policy)
+            req = await fetch_all(req, self.fetch_policy)
         except ImageError as exc:
             raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
+        return self.call(self.plan(req))
 
     def plan(self, req: ChatCompletionRequest) -> Plan:
         """Everything decided before a process exists; APIError for a request that cannot run."""
@@ -188,9 +189,9 @@ class Gateway:
         )
         return Plan(req, target.launch, call)
 
-    def completion(self, plan: Plan) -> Completion:
+    def call(self, plan: Plan) -> Call:
         sink = self.sink_for(plan) if self.sink_for is not None else None
-        return Completion(plan, self.supervisor, self.launcher, sink, self.pool)
+        return Call(plan, self.supervisor, self.launcher, sink, self.pool)
 
     def _check(self, req: ChatCompletionRequest) -> Route:
         """Semantic checks pydantic cannot express; returns the route."""

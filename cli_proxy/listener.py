@@ -19,12 +19,12 @@ from aiohttp.web_protocol import RequestHandler
 from aiohttp.web_request import BaseRequest
 
 from .errors import APIError
+from .jsonbytes import json_bytes
 from .logs import log
-from .sse import dumps
 
 
 def _error_bytes(err: APIError) -> bytes:
-    return dumps(err.body())
+    return json_bytes(err.body())
 
 
 class GatewayRequestHandler(RequestHandler):

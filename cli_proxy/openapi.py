@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from . import __version__
+from .jsonbytes import json_bytes
 from .protocol import (
     ChatCompletion,
     ChatCompletionRequest,
@@ -30,7 +31,6 @@ from .protocol import (
     Usage,
 )
 from .responses import ResponsesRequest
-from .sse import dumps
 
 REF = "#/components/schemas/{model}"
 SSE = "text/event-stream"
@@ -331,7 +331,7 @@ def document() -> dict[str, Any]:
 
 @functools.cache
 def _encoded() -> bytes:
-    return dumps(document())
+    return json_bytes(document())
 
 
 async def openapi_json(request: web.Request) -> web.Response:

@@ -1,5 +1,6 @@
-"""HTTP surface: routes, auth and error middleware, SSE delivery. No domain step lives here:
-``Gateway.plan`` decides, ``Completion.run`` executes, ``errors.api_error`` maps failures."""
+"""HTTP surface: routes, auth and error middleware, request logging. No domain step lives
+here: ``Gateway.open_call`` plans, ``Call.events`` runs, ``delivery`` writes the answer,
+``errors.api_error`` maps failures."""
 
 from __future__ import annotations
 
@@ -8,15 +9,24 @@ import hmac
 import json
 import time
 import uuid
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from collections.abc import Awaitable, Callable
 from typing import Any
 from urllib.parse import unquote
 
 import structlog
 from aiohttp import web
 
-from .answer import AnswerEvent
-from .completion import Completion, collect
+from .call import Call
+from .delivery import (
+    DELIVERED,
+    HEAD_SENT,
+    SLOW,
+    ChatFormat,
+    Format,
+    ResponsesFormat,
+    deliver,
+    json_response,
+)
 from .errors import APIError, api_error, validated
 from .failures import CallError
 from .gateway import Gateway
@@ -24,34 +34,14 @@ from .guard import Guard
 from .logs import log
 from .openapi import openapi_json
 from .protocol import ChatCompletionRequest, ModelCard, ModelList
-from .responses import (
-    ResponseBuilder,
-    ResponsesRequest,
-    encode_event,
-    to_chat_request,
-)
-from .sse import DONE, ChunkBuilder, SlowClient, SSEWriter, dumps, error_event
+from .responses import ResponsesRequest, to_chat_request
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
 LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
-DELIVERED: web.RequestKey[bool] = web.RequestKey("delivered", bool)  # the last byte was sent
-HEAD_SENT: web.RequestKey[bool] = web.RequestKey("head_sent", bool)  # a stream's 200 is out
-SLOW: web.RequestKey[bool] = web.RequestKey("slow", bool)  # dropped: it stopped reading
 STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 Logger = structlog.typing.FilteringBoundLogger
-
-
-def json_response(
-    body: Any, status: int = 200, headers: dict[str, str] | None = None
-) -> web.Response:
-    return web.Response(
-        body=dumps(body),
-        status=status,
-        content_type="application/json",
-        headers=headers,
-    )
 
 
 def error_response(err: APIError) -> web.Response:
@@ -206,33 +196,29 @@ async def parse_request(request: web.Request) -> ChatCompletionRequest:
     return validated(ChatCompletionRequest, await read_json(request))
 
 
-async def start(gw: Gateway, req: ChatCompletionRequest, api: str) -> tuple[Completion, Logger]:
-    """The planned completion and the request's logger."""
-    plan = gw.plan(await gw.prepare(req))
+async def run_logged(
+    request: web.Request,
+    req: ChatCompletionRequest,
+    api: str,
+    fmt: Callable[[Call], Format],
+) -> web.StreamResponse:
+    """Open the call, deliver its answer in ``fmt``; log one event for it whatever happens."""
+    gw = request.app[GATEWAY]
+    call = await gw.open_call(req)
     logger = log.bind(
         request_id=uuid.uuid4().hex[:12],
         api=api,
         model=req.model,
-        backend=plan.launch.backend,
+        backend=call.plan.launch.backend,
         stream=bool(req.stream),
         tools=len(req.tools or []),
     )
     if gw.settings.log_prompts:
-        logger.debug("prompt", prompt=plan.call.prompt)
-    return gw.completion(plan), logger
-
-
-async def run_logged(
-    request: web.Request,
-    completion: Completion,
-    logger: Logger,
-    deliver: Callable[[], Awaitable[web.StreamResponse]],
-) -> web.StreamResponse:
-    """Deliver the answer; log one event for the request whatever happens."""
+        logger.debug("prompt", prompt=call.plan.call.prompt)
     started = time.monotonic()
     status = 200
     try:
-        response = await deliver()
+        response = await deliver(request, call, fmt(call), bool(req.stream), gw.settings)
         if request.get(SLOW, False):
             status = 499
         return response
@@ -249,167 +235,32 @@ async def run_logged(
         raise
     finally:
         request[LOGGED] = True
-        _log_done(logger, completion, status, time.monotonic() - started)
+        _log_done(logger, call, status, time.monotonic() - started)
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
     req = await parse_request(request)
-    completion, logger = await start(request.app[GATEWAY], req, "chat")
-
-    async def deliver() -> web.StreamResponse:
-        if req.stream:
-            return await _stream(request, completion, req)
-        result = await collect(completion)
-        return json_response(result.model_dump())
-
-    return await run_logged(request, completion, logger, deliver)
+    reasoning = request.app[GATEWAY].settings.reasoning_output
+    return await run_logged(
+        request, req, "chat", lambda call: ChatFormat(req, call.plan.call.ids, reasoning)
+    )
 
 
 async def responses(request: web.Request) -> web.StreamResponse:
     rreq = validated(ResponsesRequest, await read_json(request))
     req = to_chat_request(rreq)
-    completion, logger = await start(request.app[GATEWAY], req, "responses")
-    ids = completion.plan.call.ids
-    builder = ResponseBuilder(rreq, req, ids.completion_id, ids.created)
-
-    async def deliver() -> web.StreamResponse:
-        if req.stream:
-            return await _stream_responses(request, completion, builder)
-        async with completion.run() as answer:
-            async for ev in answer:
-                builder.feed(ev)
-        outcome = completion.outcome
-        builder.finish(outcome.usage, outcome.finish_reason, outcome.incomplete_calls)
-        return json_response(builder.final)
-
-    return await run_logged(request, completion, logger, deliver)
-
-
-async def _serve_sse(
-    request: web.Request,
-    completion: Completion,
-    head: Callable[[], Iterable[bytes]],
-    encode: Callable[[AnswerEvent], Iterable[bytes]],
-    tail: Callable[[], Iterable[bytes]],
-    fail: Callable[[APIError], Iterable[bytes]] = lambda err: [error_event(err)],
-) -> web.StreamResponse:
-    """The one SSE delivery loop: head, one encoding per answer event, tail (or the error
-    events), keep-alives in between, then close. Used by chat completions and responses.
-
-    The response head waits for the first answer event (up to ``stream_head_hold_s``), so a
-    failure before any answer (a CLI-reported 429, 401, 5xx) gets its real HTTP status and
-    headers, as without streaming, and SDKs can retry it; after that it is an SSE error."""
-    settings = request.app[GATEWAY].settings
-    async with completion.run() as answer:
-        events = aiter(answer)
-        first: asyncio.Task[AnswerEvent] = asyncio.ensure_future(anext(events))
-        try:
-            await asyncio.wait({first}, timeout=settings.stream_head_hold_s)
-            if first.done() and first.exception() is not None:
-                exc = first.exception()
-                if isinstance(exc, CallError):
-                    raise exc  # nothing sent yet: a real status (middleware)
-            resp = web.StreamResponse(
-                headers={
-                    "Content-Type": "text/event-stream; charset=utf-8",
-                    "Cache-Control": "no-cache",
-                    "X-Accel-Buffering": "no",
-                }
-            )
-            resp.force_close()  # some SDK versions keep reading after the end unless we close
-            await resp.prepare(request)
-            request[HEAD_SENT] = True
-            out = SSEWriter(resp, settings.keepalive_s, settings.write_timeout_s)
-            for data in head():
-                await out.write(data)
-            out.start()
-            try:
-                try:
-                    async for ev in _after(first, events):
-                        for data in encode(ev):
-                            await out.write(data)
-                except CallError as exc:
-                    for data in fail(api_error(exc)):
-                        await out.write(data)
-                else:
-                    for data in tail():
-                        await out.write(data)
-            except SlowClient:
-                log.info("slow_client_dropped", path=request.path, after_s=out.write_timeout_s)
-                request[SLOW] = True
-                if request.transport is not None:
-                    request.transport.abort()  # the buffered answer goes, the slot is freed
-                return resp
-            finally:
-                out.stop()
-        finally:
-            if not first.done():
-                first.cancel()
-        await resp.write_eof()
-        request[DELIVERED] = True
-        return resp
-
-
-async def _after(
-    first: asyncio.Task[AnswerEvent], rest: AsyncIterator[AnswerEvent]
-) -> AsyncIterator[AnswerEvent]:
-    """The answer events again: the first (already being awaited), then the rest."""
-    try:
-        yield await first
-    except StopAsyncIteration:
-        return
-    async for ev in rest:
-        yield ev
-
-
-async def _stream(
-    request: web.Request, completion: Completion, req: ChatCompletionRequest
-) -> web.StreamResponse:
-    include_usage = bool(req.stream_options and req.stream_options.include_usage)
-    ids = completion.plan.call.ids
-    chunks = ChunkBuilder(ids.completion_id, ids.created, req.model, include_usage)
-    outcome = completion.outcome
-
-    def tail() -> Iterable[bytes]:
-        yield chunks.finish(outcome.finish_reason)
-        if include_usage:
-            yield chunks.usage(outcome.usage)
-        yield DONE
-
-    return await _serve_sse(
-        request, completion, lambda: [chunks.role()], lambda ev: [chunks.event(ev)], tail
+    return await run_logged(
+        request, req, "responses", lambda call: ResponsesFormat(rreq, req, call.plan.call.ids)
     )
 
 
-async def _stream_responses(
-    request: web.Request, completion: Completion, builder: ResponseBuilder
-) -> web.StreamResponse:
-    outcome = completion.outcome
-    return await _serve_sse(
-        request,
-        completion,
-        lambda: map(encode_event, builder.start()),
-        lambda ev: map(encode_event, builder.feed(ev)),
-        lambda: map(
-            encode_event,
-            builder.finish(outcome.usage, outcome.finish_reason, outcome.incomplete_calls),
-        ),
-        lambda err: map(encode_event, builder.fail(err, outcome.usage)),
-    )
-
-
-def _log_done(
-    logger: Logger,
-    completion: Completion,
-    status: int,
-    duration: float,
-) -> None:
-    stats = completion.outcome.stats
-    usage = completion.outcome.usage
+def _log_done(logger: Logger, call: Call, status: int, duration: float) -> None:
+    stats = call.stats
+    usage = call.outcome.usage
     logger.info(
         "chat_completion",
         status=status,
-        finish_reason=completion.outcome.finish_reason,
+        finish_reason=call.outcome.finish_reason,
         pid=stats.pid if stats else None,
         queue_wait_ms=round(stats.queue_wait_s * 1000, 1) if stats else None,
         first_byte_ms=round(stats.first_byte_s * 1000, 1)

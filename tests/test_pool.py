@@ -11,7 +11,7 @@ from typing import Any
 import psutil
 import pytest
 
-from cli_proxy.completion import Completion, LineSink
+from cli_proxy.call import Call, LineSink
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.plan import Plan
 
@@ -30,8 +30,8 @@ class Runs(LineSink):
     def __init__(self, seen: list[tuple[int | None, bool]]) -> None:
         self.seen = seen
 
-    def done(self, completion: Completion) -> None:
-        stats = completion.outcome.stats
+    def done(self, call: Call) -> None:
+        stats = call.stats
         assert stats is not None
         self.seen.append((stats.pid, stats.warm))
 

@@ -188,7 +188,7 @@ async def test_claude_reads_no_path_even_in_the_last_input_block(
     block, fed through the gateway's own plan and launcher."""
     import dataclasses
 
-    from cli_proxy.completion import collect
+    from cli_proxy.delivery import collect
     from cli_proxy.protocol import ChatCompletionRequest
 
     secret = canary()
@@ -211,9 +211,9 @@ async def test_claude_reads_no_path_even_in_the_last_input_block(
         plan, call=dataclasses.replace(plan.call, stdin=json.dumps(line).encode() + b"\n")
     )
     try:
-        result = await collect(gw.completion(plan))
+        answer = await collect(gw.call(plan))
     finally:
         await gw.close()  # its warm pool too
-    assert result.choices[0].message.content == "done"
+    assert answer.text("text") == "done"
     sent = sealed.upstream()
     assert "notes.txt" in sent and secret not in sent

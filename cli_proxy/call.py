@@ -1,15 +1,15 @@
-"""One chat completion: a plan's CLI process -> answer events.
+"""One call: a plan's CLI process -> answer events, the last of them ``Finished``.
 
-The HTTP layer decides how to deliver the events (one JSON body or SSE chunks); everything
-up to that point is shared, so streaming and non-streaming answers are the same answer by
-construction. The completion owns its outcome (usage, finish reason, process stats): only
-its own code writes it.
+``Call.events()`` admits the call (a slot), starts its CLI (or takes a spare), feeds it, reads
+its output through the backend's parser and the answer rules, and yields answer events; the
+last one carries the outcome (finish reason, usage, the ids handed out). ``delivery.py`` turns
+the same events into JSON or SSE, so streaming and non-streaming answers are the same answer
+by construction. The call owns its outcome: only its own code writes it.
 """
 
 from __future__ import annotations
 
-import contextlib
-from collections.abc import AsyncIterator
+from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
 from .answer import (
@@ -24,17 +24,12 @@ from .containment import Launcher
 from .events import CliEvent, CliThinking, CliToolCall, Failure, Truncated, UsageReport
 from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
-from .plan import Plan, new_call_id
+from .plan import Plan, ResponseIds, new_call_id
 from .pool import WarmPool
 from .process import FAILED_GRACE_S, LINGER_GRACE_S, CliRun, RunStats, started
 from .protocol import (
-    ChatCompletion,
-    Choice,
     CompletionTokensDetails,
     PromptTokensDetails,
-    ResponseFunction,
-    ResponseMessage,
-    ResponseToolCall,
     Usage,
 )
 from .supervisor import Supervisor
@@ -48,8 +43,20 @@ class LineSink:
 
     def line(self, data: bytes) -> None: ...
 
-    def done(self, completion: Completion) -> None:
-        """The run is over (reaped); ``completion.outcome`` is final."""
+    def done(self, call: Call) -> None:
+        """The run is over (reaped); ``call.outcome`` is final."""
+
+
+@dataclass(frozen=True, slots=True)
+class Finished:
+    """The last event of a call that answered: how it ended, with everything delivery needs."""
+
+    finish_reason: str  # stop, length, tool_calls
+    usage: Usage
+    ids: ResponseIds  # the response's id and creation time
+    call_ids: tuple[str, ...]  # tool-call ids handed out, in order
+    incomplete_calls: frozenset[int]  # indexes of calls cut off (never delivered as calls)
+    stats: RunStats  # the process's figures (final once the events are closed)
 
 
 @dataclass
@@ -106,11 +113,12 @@ class CallRules:
         return self.apply(events)
 
 
-class Completion:
-    """Runs one plan: ``async with completion.run() as answer: async for ev in answer``.
+class Call:
+    """Runs one plan: ``async with contextlib.aclosing(call.events()) as events``.
 
-    Entering ``run()`` queues for a slot and starts the CLI, so its errors (``CallError``)
-    come before any response byte; iterating the answer may raise ``CallError`` later.
+    The first step of ``events()`` queues for a slot and starts the CLI, so its errors
+    (``CallError``) come before any answer event; later steps may raise ``CallError`` too.
+    Closing the iterator early (a client gone) kills and reaps the CLI tree.
     """
 
     def __init__(
@@ -128,6 +136,11 @@ class Completion:
         self.pool = pool
         self.outcome = Outcome()
 
+    @property
+    def stats(self) -> RunStats | None:
+        """The process's figures (for the request log); final once the events are closed."""
+        return self.outcome.stats
+
     def _next_call_id(self) -> str:
         recorded = self.plan.call.ids.call_ids
         n = len(self.outcome.call_ids)
@@ -135,8 +148,7 @@ class Completion:
         self.outcome.call_ids.append(call_id)
         return call_id
 
-    @contextlib.asynccontextmanager
-    async def run(self) -> AsyncIterator[AsyncIterator[AnswerEvent]]:
+    async def events(self) -> AsyncGenerator[AnswerEvent | Finished, None]:
         run: CliRun | None = None
         launch, stdin = self.plan.launch, self.plan.call.stdin
         try:
@@ -153,20 +165,25 @@ class Completion:
                     if spare is not None:  # it already has the prefix that kept it waiting
                         stdin = stdin[len(launch.warm_prefix) :]
                     run.feed(stdin, keep_open=launch.duplex)
-                    yield self._events(run)
+                    async for ev in self._answer(run):
+                        yield ev
+                    o = self.outcome
+                    yield Finished(
+                        o.finish_reason,
+                        o.usage,
+                        self.plan.call.ids,
+                        tuple(o.call_ids),
+                        frozenset(o.incomplete_calls),
+                        run.stats,
+                    )
+        except CallError:
+            self.outcome.finish_reason = "error"
+            raise
         finally:
             if self.sink is not None and run is not None:
                 self.sink.done(self)
             if self.pool is not None:
                 self.pool.refill()  # a slot is free again: spares may start now
-
-    async def _events(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
-        try:
-            async for ev in self._answer(run):
-                yield ev
-        except CallError:
-            self.outcome.finish_reason = "error"
-            raise
 
     async def _answer(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
         call = self.plan.call
@@ -276,36 +293,3 @@ class Completion:
             self.outcome.incomplete_calls = rules.incomplete
         if truncated:
             self.outcome.finish_reason = "length"
-
-
-async def collect(completion: Completion) -> ChatCompletion:
-    """The non-streaming answer: the same events, accumulated."""
-    content: list[str] = []
-    calls: list[ResponseToolCall] = []
-    async with completion.run() as answer:
-        async for ev in answer:
-            if isinstance(ev, ContentDelta):
-                content.append(ev.text)
-            elif isinstance(ev, ToolCallStart):
-                calls.append(
-                    ResponseToolCall(
-                        id=ev.id, function=ResponseFunction(name=ev.name, arguments="")
-                    )
-                )
-            elif isinstance(ev, ToolCallArgs):
-                calls[ev.index].function.arguments += ev.fragment
-            elif isinstance(ev, ReasoningDelta):
-                pass  # reasoning output: not yet on the chat wire
-    text = "".join(content)
-    calls = [c for i, c in enumerate(calls) if i not in completion.outcome.incomplete_calls]
-    message = ResponseMessage(content=text or None, tool_calls=calls or None)
-    if not calls and not text:
-        message.content = ""
-    ids = completion.plan.call.ids
-    return ChatCompletion(
-        id=ids.completion_id,
-        created=ids.created,
-        model=completion.plan.request.model,
-        choices=[Choice(message=message, finish_reason=completion.outcome.finish_reason)],  # type: ignore[arg-type]
-        usage=completion.outcome.usage,
-    )
