@@ -80,6 +80,7 @@ class ChunkToolCall(BaseModel):
 class ChunkDelta(BaseModel):
     role: Literal["assistant"] | None = None
     content: str | None = None
+    reasoning_content: str | None = None  # only with the setting reasoning_output
     tool_calls: list[ChunkToolCall] | None = None
 
 

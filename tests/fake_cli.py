@@ -143,6 +143,29 @@ def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: st
     )
     usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(answer) // 4 + 1}
     failed = bool(spec.get("is_error"))
+    thought = str(spec.get("think", ""))  # the model thinks this before it answers
+    if thought and not failed:
+        if "--include-partial-messages" in argv:
+            thinking_block = {"type": "thinking", "thinking": ""}
+            start = {"type": "content_block_start", "index": 0, "content_block": thinking_block}
+            out.emit({"type": "stream_event", "event": start, "session_id": session})
+            for piece in split(thought, 3):
+                delta = {"type": "thinking_delta", "thinking": piece}
+                event = {"type": "content_block_delta", "index": 0, "delta": delta}
+                out.emit({"type": "stream_event", "event": event, "session_id": session})
+            stop = {"type": "content_block_stop", "index": 0}
+            out.emit({"type": "stream_event", "event": stop, "session_id": session})
+        block = {"type": "thinking", "thinking": thought, "signature": "c2lnbmF0dXJl"}
+        message = {"id": "msg_fake", "type": "message", "role": "assistant", "model": model}
+        out.emit(
+            {
+                "type": "assistant",
+                "message": {**message, "content": [block], "stop_reason": None, "usage": usage},
+                "parent_tool_use_id": None,
+                "session_id": session,
+                "uuid": str(uuid.uuid4()),
+            }
+        )
     if "--include-partial-messages" in argv and not failed:
         msg = {
             "id": "msg_fake",

@@ -49,6 +49,7 @@ message text (our prompt is XML-escaped by the gateway, so the text after the ma
   stream_error   after the deltas, end the SSE stream with an error event of this type
                  instead of a normal end (Anthropic ``event: error``; Gemini: the stream is
                  cut without a finishReason)
+  thinking       Anthropic only: a thinking block with this text (and a signature) first
   stop_reason    Anthropic stop_reason (default ``end_turn``; Gemini: mapped to
                  finishReason, ``max_tokens`` -> ``MAX_TOKENS``, else ``STOP``)
   input_tokens / output_tokens   override the usage numbers
@@ -484,11 +485,27 @@ class FakeModelAPI:
                 },
             },
         )
+        text_index = 0
+        thinking = plan.directive.get("thinking")
+        if isinstance(thinking, str):  # a thinking block first, as with extended thinking
+            block = {"type": "thinking", "thinking": "", "signature": ""}
+            start = {"type": "content_block_start", "index": 0, "content_block": block}
+            await event("content_block_start", start)
+            for piece in split_text(thinking, 3):
+                delta = {"type": "thinking_delta", "thinking": piece}
+                block_delta = {"type": "content_block_delta", "index": 0, "delta": delta}
+                await event("content_block_delta", block_delta)
+            delta = {"type": "signature_delta", "signature": "ZmFrZS1zaWduYXR1cmU="}
+            await event(
+                "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": delta}
+            )
+            await event("content_block_stop", {"type": "content_block_stop", "index": 0})
+            text_index = 1
         await event(
             "content_block_start",
             {
                 "type": "content_block_start",
-                "index": 0,
+                "index": text_index,
                 "content_block": {"type": "text", "text": ""},
             },
         )
@@ -500,7 +517,7 @@ class FakeModelAPI:
                 "content_block_delta",
                 {
                     "type": "content_block_delta",
-                    "index": 0,
+                    "index": text_index,
                     "delta": {"type": "text_delta", "text": piece},
                 },
             )
@@ -521,7 +538,7 @@ class FakeModelAPI:
             )
             await resp.write_eof()
             return resp
-        await event("content_block_stop", {"type": "content_block_stop", "index": 0})
+        await event("content_block_stop", {"type": "content_block_stop", "index": text_index})
         await event(
             "message_delta",
             {
