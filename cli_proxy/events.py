@@ -64,3 +64,25 @@ class Truncated:
 
 
 CliEvent = CliText | CliThinking | CliToolCall | UsageReport | Failure | Truncated
+
+
+class StreamParser:
+    """Stateful reader of one CLI run's stdout, line by line: the CLI side of one call.
+
+    ``done`` turns true once the CLI said its last word (its result): the answer is complete,
+    whatever the process does. A backend whose CLI speaks a duplex protocol (JSON-RPC over
+    stdio: requests it must answer, a session to open before the prompt) also writes: after
+    each ``feed`` the call sends what ``replies()`` returns to the CLI's stdin, which stays
+    open until the parser is done (``Backend.duplex``)."""
+
+    done: bool = False
+
+    def feed(self, line: bytes) -> list[CliEvent]:
+        raise NotImplementedError
+
+    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
+        raise NotImplementedError
+
+    def replies(self) -> bytes:
+        """Bytes to write to the CLI's stdin now (duplex backends); empty for the others."""
+        return b""

@@ -7,6 +7,7 @@ Where the CLI command comes from (live backends or recorded fixtures) is a ``Pla
 
 from __future__ import annotations
 
+import asyncio
 import dataclasses
 import functools
 import os
@@ -117,6 +118,7 @@ class Gateway:
     prompt_options: PromptOptions = field(init=False)
     image_limits: ImageLimits = field(init=False)
     fetch_policy: FetchPolicy = field(init=False)
+    _warmed: set[Backend] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         s = self.settings
@@ -143,12 +145,20 @@ class Gateway:
             else None
         )
 
-    def prewarm(self) -> list[str]:
-        """Start spares for the configured models; returns the ones that could be planned."""
+    async def prewarm(self) -> list[str]:
+        """At start-up: every live backend's per-binary work, then spares for the configured
+        models; returns the models that could be planned."""
+        for model, _owner in self.source.models():
+            r = self.source.route(model)
+            if r is not None:
+                await self.warm_up(self.source.backend(r))
         warmed = []
         for model in self.settings.warm_models:
             body = {"model": model, "messages": [{"role": "user", "content": "warm"}]}
             try:
+                r = self.source.route(model)
+                if r is not None:
+                    await self.warm_up(self.source.backend(r))
                 plan = self.plan(ChatCompletionRequest.model_validate(body))
             except APIError:
                 continue
@@ -170,7 +180,16 @@ class Gateway:
             req = await fetch_all(req, self.fetch_policy)
         except ImageError as exc:
             raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
+        r = self.source.route(req.model)
+        if r is not None:
+            await self.warm_up(self.source.backend(r))
         return self.call(self.plan(req))
+
+    async def warm_up(self, backend: Backend) -> None:
+        """A backend's per-binary work, once, in a worker thread (``Backend.warm_up``)."""
+        if backend not in self._warmed:
+            await asyncio.to_thread(backend.warm_up)
+            self._warmed.add(backend)
 
     def plan(self, req: ChatCompletionRequest) -> Plan:
         """Everything decided before a process exists; APIError for a request that cannot run."""
@@ -243,7 +262,7 @@ class Gateway:
             raise APIError(
                 400,
                 f"the {r.backend} backend cannot pass images to its model without opening its "
-                "sealed box; send this request to a model that takes images (claude-*), or "
+                "sealed box; send this request to a model whose backend takes images, or "
                 "without images",
                 param="messages",
                 code="images_not_supported",

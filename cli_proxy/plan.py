@@ -13,11 +13,9 @@ import secrets
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from .backends.base import StreamParser
-    from .protocol import ChatCompletionRequest
+from .events import StreamParser
+from .protocol import ChatCompletionRequest
 
 
 def new_call_id() -> str:

@@ -15,16 +15,25 @@ import signal
 import time
 from collections.abc import AsyncIterator, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 import psutil
 
-from .containment import Launcher, reaped, spawn
+from .containment import Launcher, Prepared, reaped, spawn
 from .failures import CliFailed, CliTimeout, FailureKind, ShuttingDown
 from .plan import LaunchSpec
 
-if TYPE_CHECKING:
-    from .pool import Spare
+
+class Handover(Protocol):
+    """A pre-started process handed to a call (``pool.Spare``)."""
+
+    proc: asyncio.subprocess.Process
+    prepared: Prepared
+
+    async def handed_over(self) -> bytes:
+        """What it wrote to stderr while it waited; stops the spare's own stderr reader."""
+        ...
+
 
 _STDERR_KEEP = 64 * 1024
 _POLL_S = 0.05
@@ -323,7 +332,7 @@ async def started(
     launcher: Launcher,
     limits: Limits,
     deadline: float,
-    spare: Spare | None = None,
+    spare: Handover | None = None,
 ) -> AsyncIterator[CliRun]:
     """The CLI of ``spec``, contained, with a fresh private work dir: the pre-started
     ``spare`` if given, else a new process. On exit the tree is killed (if still running) and

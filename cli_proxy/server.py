@@ -301,7 +301,7 @@ def create_app(gateway: Gateway) -> web.Application:
 
     async def on_startup(app: web.Application) -> None:
         gw = app[GATEWAY]
-        warmed = gw.prewarm()
+        warmed = await gw.prewarm()
         log.info(
             "warm_pool",
             enabled=gw.pool is not None,

@@ -1,10 +1,17 @@
 """CLI backends. Each is one module; registering it here is the only other line it needs."""
 
-from .base import Backend, BackendOptions, LaunchOptions, StreamParser
+from .base import (
+    Backend,
+    BackendOptions,
+    LaunchOptions,
+    StreamParser,
+    backend_class,
+    names,
+    register,
+)
 from .claude import ClaudeBackend
 from .codex import CodexBackend
 from .gemini import GeminiBackend
-from .registry import backend_class, names, register
 
 register(ClaudeBackend)
 register(GeminiBackend)

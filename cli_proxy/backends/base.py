@@ -18,7 +18,8 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict
 
-from ..events import CliEvent, Failure
+from ..events import Failure
+from ..events import StreamParser as StreamParser  # backends subclass it from here
 from ..failures import FailureKind
 from ..plan import PrivateHome
 from ..prompt import Prompt
@@ -31,28 +32,6 @@ class LaunchOptions:
 
     model: str
     effort: str | None = None  # OpenAI reasoning level; None: the CLI's own default
-
-
-class StreamParser:
-    """Stateful reader of one CLI run's stdout, line by line: the CLI side of one call.
-
-    ``done`` turns true once the CLI said its last word (its result): the answer is complete,
-    whatever the process does. A backend whose CLI speaks a duplex protocol (JSON-RPC over
-    stdio: requests it must answer, a session to open before the prompt) also writes: after
-    each ``feed`` the call sends what ``replies()`` returns to the CLI's stdin, which stays
-    open until the parser is done (``Backend.duplex``)."""
-
-    done: bool = False
-
-    def feed(self, line: bytes) -> list[CliEvent]:
-        raise NotImplementedError
-
-    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
-        raise NotImplementedError
-
-    def replies(self) -> bytes:
-        """Bytes to write to the CLI's stdin now (duplex backends); empty for the others."""
-        return b""
 
 
 class BackendOptions(BaseModel):
@@ -141,6 +120,12 @@ class Backend(ABC):
         """A parser for one run's stdout (a duplex one also writes the rest of the call's
         input: the prompt once the CLI's session is open, answers to the CLI's requests)."""
 
+    def warm_up(self) -> None:
+        """Per-binary work a plan needs (a catalog, a version probe), done once before the
+        first plan, in a worker thread: ``Gateway.plan`` runs on the event loop and does no I/O.
+        Blocking is fine here; it must be idempotent and cheap once done."""
+        return None  # most CLIs need nothing
+
     @classmethod
     def with_defaults(cls) -> Backend:
         """An instance with default options (replay reads recordings with it)."""
@@ -202,8 +187,6 @@ def scrub_env(
 ) -> dict[str, str]:
     """The allowlisted part of ``base``, less every backend's nesting variables, the
     gateway's own settings and ``drop``: unrelated secrets (cloud keys, tokens) stay out."""
-    from .registry import nesting_vars
-
     nesting = nesting_vars()
     return {
         k: v
@@ -317,3 +300,46 @@ def _last_lines(text: str, limit: int = 600) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     out = " | ".join(lines[-5:])
     return out[-limit:]
+
+
+# ---------------------------------------------------------------- the registry
+# One table names every CLI the gateway can run. Built-in backends are registered in
+# ``backends/__init__.py`` (one line each); a test or a plugin can ``register`` another.
+# Backend names are closed over this table: settings, routing and fixtures accept only
+# registered names.
+
+_REGISTRY: dict[str, type[Backend]] = {}
+
+
+def register(cls: type[Backend]) -> type[Backend]:
+    """Add a backend class (usable as a decorator); its name must be new."""
+    name = cls.name
+    if not name or not name.isidentifier() or name != name.lower():
+        raise ValueError(f"backend name must be a lower-case identifier, not {name!r}")
+    if _REGISTRY.get(name, cls) is not cls:
+        raise ValueError(f"a backend named {name!r} is already registered")
+    _REGISTRY[name] = cls
+    return cls
+
+
+def unregister(name: str) -> None:
+    _REGISTRY.pop(name, None)
+
+
+def backend_class(name: str) -> type[Backend]:
+    """The registered class; KeyError names the registered ones."""
+    try:
+        return _REGISTRY[name]
+    except KeyError:
+        raise KeyError(f"unknown backend {name!r} (registered: {', '.join(names())})") from None
+
+
+def names() -> tuple[str, ...]:
+    return tuple(_REGISTRY)
+
+
+def nesting_vars() -> frozenset[str]:
+    out: frozenset[str] = frozenset()
+    for cls in _REGISTRY.values():
+        out |= cls.nesting_vars
+    return out

@@ -337,6 +337,11 @@ class CodexBackend(Backend):
             "stream_max_retries = 0\n"
         )
 
+    def warm_up(self) -> None:
+        """The binary's sealed catalog (``codex debug models``, ~0.1 s and up to 30 s) is made
+        here, off the event loop, before the first plan writes it into a private home."""
+        sealed_catalog(self.command, os.environ.get("PATH", os.defpath))
+
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> CodexParser:
         return CodexParser()
 
