@@ -19,7 +19,7 @@ CODEX_VERSION  := $(shell npm view @openai/codex version 2>/dev/null || echo lat
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
-.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox clean
+.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox prometheus clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
@@ -45,6 +45,7 @@ run: $(STAMP)
 test: $(STAMP)
 	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed; bwrap tests will skip (the gateway falls back to the pdeathsig launcher)"
 	@$(MAKE) --no-print-directory real-clis || echo "note: real CLIs not installed; realcli tests will skip"
+	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
 	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -63,6 +64,15 @@ bench: $(STAMP)
 		|| echo "note: real CLIs or bubblewrap missing: the real-CLI benches did not run"
 
 real-clis: $(CLI_DIR)/node_modules/.bin/claude
+
+# A real Prometheus server scrapes the gateway in tests/test_prometheus_scrape.py (Debian
+# package; installed when missing and we may: root + apt-get).
+prometheus:
+	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends prometheus >/dev/null 2>&1 || \
+		  { apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 && \
+		    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends prometheus >/dev/null 2>&1; }; }; }
+	@command -v prometheus >/dev/null
 
 # bubblewrap (Debian package) gives every CLI call its own PID namespace and a sealed
 # filesystem view (docs/security.md). Installed when missing and we may (root + apt-get).

@@ -9,6 +9,7 @@ by construction. The call owns its outcome: only its own code writes it.
 
 from __future__ import annotations
 
+import time
 from collections.abc import AsyncGenerator, AsyncIterator
 from dataclasses import dataclass, field
 
@@ -21,7 +22,15 @@ from .answer import (
     ToolCallStart,
 )
 from .containment import Launcher
-from .events import CliEvent, CliThinking, CliToolCall, Failure, Truncated, UsageReport
+from .events import (
+    CliEvent,
+    CliThinking,
+    CliToolCall,
+    Failure,
+    RateLimit,
+    Truncated,
+    UsageReport,
+)
 from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
 from .plan import Plan, ResponseIds, new_call_id
@@ -66,6 +75,9 @@ class Outcome:
     stats: RunStats | None = None
     call_ids: list[str] = field(default_factory=list)  # tool-call ids handed out, in order
     incomplete_calls: set[int] = field(default_factory=set)  # cut off: not in a JSON answer
+    failure: FailureKind | None = None  # what the CLI said went wrong, if it did
+    rate_limits: list[RateLimit] = field(default_factory=list)  # as the CLI reported them
+    first_content_s: float | None = None  # from the call's start to its first answer event
 
 
 class CallRules:
@@ -151,6 +163,7 @@ class Call:
     async def events(self) -> AsyncGenerator[AnswerEvent | Finished, None]:
         run: CliRun | None = None
         launch, stdin = self.plan.launch, self.plan.call.stdin
+        begun = time.monotonic()
         try:
             async with self.supervisor.admit() as slot:
                 spare = self.pool.take(launch) if self.pool is not None else None
@@ -166,6 +179,8 @@ class Call:
                         stdin = stdin[len(launch.warm_prefix) :]
                     run.feed(stdin, keep_open=launch.duplex)
                     async for ev in self._answer(run):
+                        if self.outcome.first_content_s is None:
+                            self.outcome.first_content_s = time.monotonic() - begun
                         yield ev
                     o = self.outcome
                     yield Finished(
@@ -207,6 +222,9 @@ class Call:
             for ev in cli_events:
                 if isinstance(ev, Failure):
                     failure = failure or ev
+                    self.outcome.failure = failure.kind
+                elif isinstance(ev, RateLimit):
+                    self.outcome.rate_limits.append(ev)
                 elif isinstance(ev, Truncated):
                     truncated = True
                 elif isinstance(ev, UsageReport):

@@ -25,6 +25,7 @@ _TYPES = {
     403: "permission_error",
     404: "not_found_error",
     408: "timeout_error",
+    402: "billing_error",
     413: "invalid_request_error",
     429: "rate_limit_error",
     499: "client_closed_request",
@@ -76,8 +77,13 @@ _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
     FailureKind.ANSWER_TOO_LARGE: (502, "answer_too_large"),
     FailureKind.INVALID_ANSWER: (502, "invalid_tool_call"),
     FailureKind.INVALID_JSON: (502, "invalid_json_answer"),
+    FailureKind.BILLING: (402, "subscription_billing_refused"),
     FailureKind.CLI_ERROR: (502, "cli_error"),
 }
+BILLING_HINT = (
+    " (the CLI's subscription refused this call as use billed outside the plan: enable or "
+    "fund extra usage for the account, or run the gateway with an API key; docs/security.md)"
+)
 
 
 DEFAULT_RETRY_AFTER_S = 5.0  # a 429 always says when to retry; this when the CLI did not
@@ -93,6 +99,9 @@ def api_error(exc: CallError) -> APIError:
     if isinstance(exc, CliFailed):
         status, code = _KIND_STATUS[exc.kind]
         headers = _retry_after(exc.retry_after_s) if status == 429 else {}
+        if exc.kind is FailureKind.BILLING:  # not retried by SDKs (a 4xx other than 408/429)
+            message = exc.message + BILLING_HINT
+            return APIError(status, message, type="billing_error", code=code)
         return APIError(status, exc.message, code=code, headers=headers)
     if isinstance(exc, SlotsBusy):
         return APIError(

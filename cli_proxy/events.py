@@ -63,7 +63,20 @@ class Truncated:
     message: str
 
 
-CliEvent = CliText | CliThinking | CliToolCall | UsageReport | Failure | Truncated
+@dataclass(frozen=True, slots=True)
+class RateLimit:
+    """The subscription's rate-limit state as the CLI reports it (claude's
+    ``rate_limit_event``): one window (``five_hour``, ``seven_day``, ...), its status
+    (``allowed``, ``allowed_warning``, ``rejected``), how much of it is used (0-1, when
+    said) and when it resets (epoch seconds, when said). Not part of the answer."""
+
+    window: str
+    status: str
+    utilization: float | None = None
+    resets_at: float | None = None
+
+
+CliEvent = CliText | CliThinking | CliToolCall | UsageReport | Failure | Truncated | RateLimit
 
 
 class StreamParser:

@@ -24,6 +24,7 @@ class FailureKind(StrEnum):
     ANSWER_TOO_LARGE = "answer_too_large"  # the answer grew beyond max_answer_bytes
     INVALID_ANSWER = "invalid_answer"  # e.g. only calls to functions the request does not offer
     INVALID_JSON = "invalid_json"  # a response_format answer with no (valid) JSON object
+    BILLING = "billing"  # a subscription refused the call as billed elsewhere (extra usage)
     CLI_ERROR = "cli_error"  # anything else the CLI reported or exited with
 
 

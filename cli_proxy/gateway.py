@@ -22,6 +22,7 @@ from .config import Settings
 from .containment import Launcher, make_launcher
 from .errors import APIError
 from .images import FetchPolicy, ImageError, ImageLimits, PromptImage, extract, fetch_all
+from .metrics import Gauges, Metrics
 from .plan import CallInput, LaunchSpec, Plan, ResponseIds
 from .pool import PoolSettings, WarmPool
 from .process import Limits
@@ -118,6 +119,7 @@ class Gateway:
     prompt_options: PromptOptions = field(init=False)
     image_limits: ImageLimits = field(init=False)
     fetch_policy: FetchPolicy = field(init=False)
+    metrics: Metrics = field(init=False)
     _warmed: set[Backend] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
@@ -133,6 +135,14 @@ class Gateway:
         self.image_limits = ImageLimits(s.max_images, s.max_image_bytes, s.max_image_total_bytes)
         self.fetch_policy = FetchPolicy(
             s.image_fetch, s.image_fetch_private, s.image_fetch_timeout_s, s.max_image_bytes
+        )
+        self.metrics = Metrics(
+            Gauges(
+                running=lambda: self.supervisor.running,
+                waiting=lambda: self.supervisor.waiting,
+                max_concurrency=lambda: self.supervisor.max_concurrency,
+                spares=lambda: self.pool.ready() if self.pool is not None else {},
+            )
         )
         pooled = s.warm_pool and s.warm_max_total > 0 and s.warm_max_per_key > 0
         self.pool = (

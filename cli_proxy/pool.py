@@ -216,13 +216,17 @@ class WarmPool:
 
     # ------------------------------------------------------------------ lifecycle
 
-    def status(self) -> dict[str, object]:
+    def ready(self) -> dict[str, int]:
+        """Spares waiting, by backend."""
         ready: dict[str, int] = {}
         for spec, spares in self._spares.items():
             ready[spec.backend] = ready.get(spec.backend, 0) + len(spares)
+        return ready
+
+    def status(self) -> dict[str, object]:
         return {
             "enabled": self.settings.enabled,
-            "ready": ready,
+            "ready": self.ready(),
             "starting": sum(self._starting.values()),
             "served_warm": self.served_warm,
             "served_cold": self.served_cold,

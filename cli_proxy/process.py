@@ -66,6 +66,7 @@ class RunStats:
     killed: str | None = None
     stderr: str = ""
     warm: bool = False  # served by a pre-started process
+    start_s: float = 0.0  # spawning it, or taking over a spare
 
 
 class CliRun:
@@ -337,6 +338,7 @@ async def started(
     """The CLI of ``spec``, contained, with a fresh private work dir: the pre-started
     ``spare`` if given, else a new process. On exit the tree is killed (if still running) and
     reaped, then the work dir is removed, whatever happened."""
+    begun = time.monotonic()
     if spare is None:
         proc, prepared = await spawn(spec, launcher, limits.line_limit)
         run = CliRun(proc, deadline, limits)
@@ -344,6 +346,7 @@ async def started(
         proc, prepared = spare.proc, spare.prepared
         run = CliRun(proc, deadline, limits, warm=True)
         run._stderr += await spare.handed_over()
+    run.stats.start_s = time.monotonic() - begun
     try:
         yield run
     finally:

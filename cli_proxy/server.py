@@ -28,12 +28,14 @@ from .delivery import (
     json_response,
 )
 from .errors import APIError, api_error, validated
-from .failures import CallError
+from .failures import CallError, FailureKind
 from .gateway import Gateway
 from .guard import Guard
 from .logs import log
+from .metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from .metrics import CallRecord
 from .openapi import openapi_json
-from .protocol import ChatCompletionRequest, ModelCard, ModelList
+from .protocol import ChatCompletionRequest, ModelCard, ModelList, Usage
 from .responses import ResponsesRequest, to_chat_request
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
@@ -41,6 +43,7 @@ LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
 STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses"}
 Logger = structlog.typing.FilteringBoundLogger
 
 
@@ -53,11 +56,17 @@ def error_response(err: APIError) -> web.Response:
 
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.monotonic()
     try:
         return await handler(request)
     except (APIError, CallError) as exc:
         err = exc if isinstance(exc, APIError) else api_error(exc)
         if not request.get(LOGGED, False):  # run_logged already logged this request
+            endpoint = ENDPOINTS.get(request.path.removeprefix("/v1"))
+            if endpoint is not None:  # an API request refused before any backend ran
+                duration = time.monotonic() - started
+                record = CallRecord(endpoint, "", "", err.status, err.code or "", duration)
+                request.app[GATEWAY].metrics.observe(record)
             # the message may quote the request (a field's value): debug level only
             log.info(
                 "request_rejected",
@@ -122,6 +131,7 @@ async def health(request: web.Request) -> web.Response:
             "waiting": gw.supervisor.waiting,
             "max_concurrency": gw.supervisor.max_concurrency,
             "warm": gw.pool.status() if gw.pool is not None else {"enabled": False},
+            "rate_limits": gw.metrics.rate_limit_state(),
         }
     )
 
@@ -202,9 +212,11 @@ async def run_logged(
     api: str,
     fmt: Callable[[Call], Format],
 ) -> web.StreamResponse:
-    """Open the call, deliver its answer in ``fmt``; log one event for it whatever happens."""
+    """Open the call, deliver its answer in ``fmt``; log one line and observe the metrics
+    for it, from one record, whatever happens."""
     gw = request.app[GATEWAY]
-    call = await gw.open_call(req)
+    started = time.monotonic()
+    call = await gw.open_call(req)  # refused here: the middleware logs and counts it
     logger = log.bind(
         request_id=uuid.uuid4().hex[:12],
         api=api,
@@ -215,27 +227,63 @@ async def run_logged(
     )
     if gw.settings.log_prompts:
         logger.debug("prompt", prompt=call.plan.call.prompt)
-    started = time.monotonic()
-    status = 200
+    status, code = 200, ""
     try:
         response = await deliver(request, call, fmt(call), bool(req.stream), gw.settings)
         if request.get(SLOW, False):
-            status = 499
+            status, code = 499, "slow_client"
         return response
     except (APIError, CallError) as exc:
-        status = (exc if isinstance(exc, APIError) else api_error(exc)).status
+        err = exc if isinstance(exc, APIError) else api_error(exc)
+        status, code = err.status, err.code or ""
         raise
     except asyncio.CancelledError:
         # the client went away: before the end of the answer that is 499 (the CLI was
         # killed); after it (a client closing once it read [DONE]) the call was complete
-        status = 200 if request.get(DELIVERED, False) else 499
+        if not request.get(DELIVERED, False):
+            status, code = 499, "client_closed"
         raise
     except Exception:
-        status = 200 if request.get(HEAD_SENT, False) else 500  # else the middleware's 500
+        if not request.get(HEAD_SENT, False):  # else the middleware's 500
+            status, code = 500, "internal_error"
         raise
     finally:
         request[LOGGED] = True
-        _log_done(logger, call, status, time.monotonic() - started)
+        record = call_record(api, call, status, code, time.monotonic() - started)
+        _log_done(logger, record, call)
+        gw.metrics.observe(record)
+        gw.metrics.rate_limited(record.backend, call.outcome.rate_limits)
+
+
+def call_record(api: str, call: Call, status: int, code: str, duration: float) -> CallRecord:
+    """What the log line and the metrics say of one call."""
+    stats, outcome = call.stats, call.outcome
+    exit_kind = None
+    if stats is not None:
+        if stats.killed not in (None, "lingered"):
+            exit_kind = stats.killed
+        elif stats.exit_code is not None:
+            exit_kind = "ok" if stats.exit_code == 0 or stats.killed == "lingered" else "error"
+    refused = stats.killed if stats and stats.killed in ANSWER_REFUSALS else None
+    return CallRecord(
+        endpoint=api,
+        backend=call.plan.launch.backend,
+        model=call.plan.request.model,
+        status=status,
+        code=code,
+        duration_s=duration,
+        queue_wait_s=stats.queue_wait_s if stats else None,
+        start_s=stats.start_s if stats else None,
+        first_content_s=outcome.first_content_s,
+        warm=stats.warm if stats else None,
+        exit_kind=exit_kind,
+        usage=outcome.usage,
+        billing_refused=outcome.failure is FailureKind.BILLING,
+        answer_refused=refused,
+    )
+
+
+ANSWER_REFUSALS = ("answer_too_large", "oversized_output")
 
 
 async def chat_completions(request: web.Request) -> web.StreamResponse:
@@ -254,25 +302,39 @@ async def responses(request: web.Request) -> web.StreamResponse:
     )
 
 
-def _log_done(logger: Logger, call: Call, status: int, duration: float) -> None:
-    stats = call.stats
-    usage = call.outcome.usage
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def _log_done(logger: Logger, rec: CallRecord, call: Call) -> None:
+    """One structured line per call, with the fields the metrics count."""
+    stats, usage = call.stats, rec.usage or Usage()
     logger.info(
         "chat_completion",
-        status=status,
+        status=rec.status,
+        code=rec.code or None,
         finish_reason=call.outcome.finish_reason,
         pid=stats.pid if stats else None,
-        queue_wait_ms=round(stats.queue_wait_s * 1000, 1) if stats else None,
-        first_byte_ms=round(stats.first_byte_s * 1000, 1)
-        if stats and stats.first_byte_s is not None
-        else None,
-        duration_ms=round(duration * 1000, 1),
+        queue_wait_ms=_ms(rec.queue_wait_s),
+        start_ms=_ms(rec.start_s),
+        ttfc_ms=_ms(rec.first_content_s),
+        first_byte_ms=_ms(stats.first_byte_s) if stats else None,
+        duration_ms=_ms(rec.duration_s),
         exit_code=stats.exit_code if stats else None,
+        exit=rec.exit_kind,
         killed=stats.killed if stats else None,
-        warm=stats.warm if stats else None,
+        warm=rec.warm,
         prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.prompt_tokens_details.cached_tokens,
         completion_tokens=usage.completion_tokens,
+        reasoning_tokens=usage.completion_tokens_details.reasoning_tokens,
     )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition (prometheus-client); needs the API key when one is set."""
+    body = request.app[GATEWAY].metrics.scrape()
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
 
 
 async def not_found(request: web.Request) -> web.Response:
@@ -293,6 +355,7 @@ def create_app(gateway: Gateway) -> web.Application:
     app[GATEWAY] = gateway
     app.router.add_get("/health", health)
     app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
+    app.router.add_get("/metrics", metrics)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
         app.router.add_post(f"{prefix}/responses", responses)

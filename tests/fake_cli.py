@@ -143,6 +143,9 @@ def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: st
     )
     usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(answer) // 4 + 1}
     failed = bool(spec.get("is_error"))
+    if isinstance(spec.get("rate_limit"), dict):  # a subscription's rate_limit_event
+        info = spec["rate_limit"]
+        out.emit({"type": "rate_limit_event", "rate_limit_info": info, "session_id": session})
     thought = str(spec.get("think", ""))  # the model thinks this before it answers
     if thought and not failed:
         if "--include-partial-messages" in argv:

@@ -228,6 +228,7 @@ _TOO_LONG = re.compile(
     r"prompt is too long|context length|context window|input token count.*exceeds|too many tokens",
     re.I,
 )
+_BILLING = re.compile(r"extra usage|only authorized for use with Claude Code|third.party app", re.I)
 _TIMEOUT = re.compile(r"timed? ?out|timeout|deadline exceeded", re.I)
 _EMPTY = re.compile(r"empty response|without an answer", re.I)
 _RETRY_AFTER = re.compile(
@@ -253,7 +254,9 @@ def retry_after_s(message: str) -> float | None:
 def classify_failure(message: str) -> Failure:
     """What kind of failure a CLI error message describes."""
     message = message.strip() or "the CLI failed without a message"
-    if _TOO_LONG.search(message):
+    if _BILLING.search(message):
+        kind = FailureKind.BILLING
+    elif _TOO_LONG.search(message):
         kind = FailureKind.CONTEXT_LENGTH
     elif _RATE.search(message):
         kind = FailureKind.RATE_LIMITED
@@ -280,7 +283,8 @@ def kind_for_status(upstream: int, classified: FailureKind) -> FailureKind:
     if upstream in (503, 529):
         return FailureKind.OVERLOADED
     if upstream in (400, 413):
-        return classified if classified is FailureKind.CONTEXT_LENGTH else FailureKind.BAD_REQUEST
+        keep = (FailureKind.CONTEXT_LENGTH, FailureKind.BILLING)
+        return classified if classified in keep else FailureKind.BAD_REQUEST
     return FailureKind.CLI_ERROR
 
 

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import json
+import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
-from ..events import CliEvent, CliText, CliThinking, Failure, Truncated, UsageReport
+from ..events import CliEvent, CliText, CliThinking, Failure, RateLimit, Truncated, UsageReport
+from ..failures import FailureKind
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
 from .base import (
@@ -172,6 +174,9 @@ class ClaudeBackend(Backend):
         return None
 
 
+_RATE_EVENT = b'"rate_limit_event"'
+_RATE_EVENT_START = b'{"type":"rate_limit_event"'
+
 # JSON allows these raw in a string, but a reader that splits its input on Unicode line
 # breaks (Python's str.splitlines) would cut the one stdin line in two: escaped, they are
 # the same text for any JSON reader.
@@ -193,12 +198,15 @@ class ClaudeParser(StreamParser):
         self._failed = False
         self._error_kind = ""  # the synthetic assistant message's "error" field
         self._thought_streamed = False  # thinking deltas seen since the last whole message
+        self._rate: RateLimit | None = None  # the latest rate_limit_event
 
     def feed(self, line: bytes) -> list[CliEvent]:
         obj = load_json_line(line)
         if obj is None:
-            return []
+            return self._interleaved(line) if _RATE_EVENT in line else []
         kind = obj.get("type")
+        if kind == "rate_limit_event":
+            return self._rate_limit(obj)
         if kind == "stream_event":
             return self._stream_event(obj.get("event"))
         if kind == "assistant":
@@ -206,6 +214,36 @@ class ClaudeParser(StreamParser):
         if kind == "result":
             return self._result(obj)
         return []
+
+    def _interleaved(self, line: bytes) -> list[CliEvent]:
+        """A ``rate_limit_event`` written into the middle of another line (seen:
+        anthropics/claude-code#49640): both objects are read."""
+        at = line.find(_RATE_EVENT_START)
+        if at < 0:
+            return []
+        text = line[at:].decode("utf-8", "replace")
+        try:
+            obj, end = json.JSONDecoder().raw_decode(text)
+        except (ValueError, RecursionError):
+            return []
+        rest = line[:at] + text[end:].encode("utf-8")
+        events = self._rate_limit(obj) if isinstance(obj, dict) else []
+        return events + (self.feed(rest) if rest.strip() else [])
+
+    def _rate_limit(self, obj: dict[str, Any]) -> list[CliEvent]:
+        info = obj.get("rate_limit_info")
+        if not isinstance(info, dict) or not isinstance(info.get("status"), str):
+            return []
+        utilization = info.get("utilization")
+        resets = info.get("resetsAt")
+        event = RateLimit(
+            window=str(info.get("rateLimitType") or "unknown"),
+            status=info["status"],
+            utilization=float(utilization) if isinstance(utilization, int | float) else None,
+            resets_at=float(resets) if isinstance(resets, int | float) else None,
+        )
+        self._rate = event
+        return [event]
 
     def _stream_event(self, event: Any) -> list[CliEvent]:
         if not isinstance(event, dict) or event.get("type") != "content_block_delta":
@@ -282,6 +320,15 @@ class ClaudeParser(StreamParser):
             if isinstance(status, int) and 400 <= status < 600:
                 kind = kind_for_status(status, failure.kind)
                 failure = Failure(kind, message, failure.retry_after_s)
+            rate = self._rate
+            if (
+                failure.kind is FailureKind.RATE_LIMITED
+                and failure.retry_after_s is None
+                and rate is not None
+                and rate.resets_at is not None
+            ):  # the subscription's window says when: wait until it resets
+                wait = max(1.0, rate.resets_at - time.time())
+                failure = Failure(failure.kind, message, wait)
             events.append(failure)
         elif not self._text_seen and isinstance(result_text, str) and result_text:
             self._text_seen = True
