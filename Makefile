@@ -58,6 +58,7 @@ check: lint test
 bench: $(STAMP)
 	$(PY) bench/run.py
 	$(PY) bench/memory.py
+	$(PY) bench/scrape.py
 	@$(MAKE) --no-print-directory real-clis sandbox && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/cache.py && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/warm.py \

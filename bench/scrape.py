@@ -10,10 +10,10 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from cli_proxy.config import Settings  # noqa: E402
-from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
-from cli_proxy.metrics import CallRecord  # noqa: E402
-from cli_proxy.protocol import Usage  # noqa: E402
+from cli_proxy.config import Settings
+from cli_proxy.gateway import Gateway, live_backends
+from cli_proxy.metrics import CallRecord
+from cli_proxy.protocol import Usage
 
 BACKENDS = ("claude", "gemini", "codex")
 
