@@ -45,6 +45,7 @@ class HealthStatus(BaseModel):
     waiting: int
     max_concurrency: int
     warm: dict[str, Any]
+    rate_limits: dict[str, dict[str, dict[str, Any]]]  # backend -> window -> state
 
 
 class ResponseObject(BaseModel):
@@ -131,6 +132,8 @@ _STATUS_TEXT: dict[int, str] = {
     400: "Invalid request: bad JSON, a field that fails validation, nesting deeper than "
     "64 levels, or a prompt the CLI refused (context length)",
     401: "Missing or wrong API key (when api_keys is set), or the CLI's own login failed",
+    402: "The CLI's subscription refused the call as billed outside the plan (extra usage); "
+    "not worth retrying (docs/metrics.md)",
     403: "Host not served here, or a foreign browser Origin",
     404: "No such model (no enabled backend serves the name) or path",
     408: "The request body did not arrive within body_timeout_s",
@@ -143,7 +146,7 @@ _STATUS_TEXT: dict[int, str] = {
     504: "The CLI ran past timeout_s or stayed silent past idle_timeout_s",
 }
 
-_CALL_ERRORS = (400, 401, 403, 404, 408, 413, 415, 429, 502, 503, 504)
+_CALL_ERRORS = (400, 401, 402, 403, 404, 408, 413, 415, 429, 502, 503, 504)
 _GET_ERRORS = (401, 403)
 
 
@@ -283,6 +286,19 @@ def build_document() -> dict[str, Any]:
                         "content": {JSON: {"schema": ref[HealthStatus]}},
                     },
                     **_errors((403,), error),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics (text exposition format; docs/metrics.md)",
+                "operationId": "metrics",
+                "responses": {
+                    "200": {
+                        "description": "The gateway's metric families",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(_GET_ERRORS, error),
                 },
             }
         },

@@ -37,7 +37,7 @@ TIMEOUT_S, IDLE_S, GRACE_S = 3.0, 1.0, 0.5
 # the whole call: the total timeout, the kill grace, then slack for a loaded 2-core machine
 CALL_BOUND_S = TIMEOUT_S + GRACE_S + 3.0
 # what a CLI failure may become (errors.api_error); a 500 or anything else is a bug
-CLI_ERROR_STATUSES = {401, 429, 502, 503, 504}
+CLI_ERROR_STATUSES = {401, 402, 429, 502, 503, 504}
 
 EXAMPLES = settings(
     max_examples=40,

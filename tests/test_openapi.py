@@ -62,6 +62,7 @@ def test_the_document_is_valid_openapi_3_1() -> None:
         ("GET", "/v1/models"),
         ("GET", "/v1/models/{model}"),
         ("GET", "/health"),
+        ("GET", "/metrics"),
         ("GET", "/openapi.json"),
     }
 
@@ -69,7 +70,7 @@ def test_the_document_is_valid_openapi_3_1() -> None:
 def test_statuses_and_media_types_are_the_servers() -> None:
     paths = document()["paths"]
     chat = paths["/v1/chat/completions"]["post"]["responses"]
-    assert set(chat) == {"200", "400", "401", "403", "404", "408", "413", "415", "429"} | {
+    assert set(chat) == {"200", "400", "401", "402", "403", "404", "408", "413", "415", "429"} | {
         "502",
         "503",
         "504",
@@ -370,6 +371,9 @@ def assert_openai_shaped(status: int, ctype: str, content: bytes, label: str) ->
             or "response.incomplete" in last
             or '"error"' in last
         ), (label, text[-500:])
+        return
+    if status == 200 and ctype.startswith("text/plain"):  # GET /metrics: Prometheus text
+        assert "# TYPE cli_proxy_" in content.decode("utf-8"), label
         return
     assert ctype.startswith("application/json"), (label, status, ctype, content[:300])
     body = json.loads(content)
