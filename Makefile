@@ -7,15 +7,14 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 ARGS   ?=
 # Real CLIs for the real-CLI tests, `make fixtures` and `make bench`, installed project-locally
-# from npm: pinned by default; `make test CLIS=latest` runs the suite on the newest releases.
+# from npm: pinned by default (cli_proxy/pinned-clis.mk, which `cli-proxy doctor` reads too);
+# `make test CLIS=latest` runs the suite on the newest releases.
 CLIS           ?= pinned
-CLAUDE_VERSION ?= 2.1.197
-GEMINI_VERSION ?= 0.61.0
-CODEX_VERSION  ?= 0.169.0
+include cli_proxy/pinned-clis.mk
 ifeq ($(CLIS),latest)
-CLAUDE_VERSION := $(shell npm view @anthropic-ai/claude-code version 2>/dev/null || echo latest)
-GEMINI_VERSION := $(shell npm view @google/gemini-cli version 2>/dev/null || echo latest)
-CODEX_VERSION  := $(shell npm view @openai/codex version 2>/dev/null || echo latest)
+CLAUDE_VERSION := $(shell npm view $(CLAUDE_NPM) version 2>/dev/null || echo latest)
+GEMINI_VERSION := $(shell npm view $(GEMINI_NPM) version 2>/dev/null || echo latest)
+CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo latest)
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
@@ -38,6 +37,7 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed: calls run without a PID namespace (docs/security.md)"
+	@$(VENV)/bin/cli-proxy doctor $(ARGS) || true
 	$(VENV)/bin/cli-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
 
 # The real CLIs (~15 s from npm) let tests/test_real_cli.py drive the real binaries against a
@@ -86,8 +86,8 @@ sandbox:
 $(CLI_DIR)/node_modules/.bin/claude:
 	command -v npm >/dev/null
 	npm install --silent --no-audit --no-fund --prefix $(CLI_DIR) \
-		@anthropic-ai/claude-code@$(CLAUDE_VERSION) @google/gemini-cli@$(GEMINI_VERSION) \
-		@openai/codex@$(CODEX_VERSION)
+		$(CLAUDE_NPM)@$(CLAUDE_VERSION) $(GEMINI_NPM)@$(GEMINI_VERSION) \
+		$(CODEX_NPM)@$(CODEX_VERSION)
 	test -x $@ && test -x $(@D)/gemini && test -x $(@D)/codex
 
 test-real: $(STAMP) real-clis

@@ -62,6 +62,7 @@ def test_the_document_is_valid_openapi_3_1() -> None:
         ("GET", "/v1/models"),
         ("GET", "/v1/models/{model}"),
         ("GET", "/health"),
+        ("GET", "/health/ready"),
         ("GET", "/openapi.json"),
     }
 
@@ -84,6 +85,7 @@ def test_statuses_and_media_types_are_the_servers() -> None:
                     assert ref == "#/components/schemas/ErrorBody"
     assert "404" in paths["/v1/models/{model}"]["get"]["responses"]
     assert paths["/health"]["get"]["security"] == []  # /health never needs a key
+    assert paths["/health/ready"]["get"]["security"] == []
 
 
 def test_generated_from_the_models_and_cached() -> None:
