@@ -18,7 +18,7 @@ CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo late
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
-.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox prometheus clean
+.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox prometheus balancer wheel clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
@@ -26,6 +26,7 @@ help:
 	@echo "make lint      ruff + mypy --strict"
 	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-results.json"
 	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
+	@echo "make wheel     build dist/cli_proxy-*.whl (fixtures included; pipx/uv tool install it)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -46,6 +47,7 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed; bwrap tests will skip (the gateway falls back to the pdeathsig launcher)"
 	@$(MAKE) --no-print-directory real-clis || echo "note: real CLIs not installed; realcli tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
+	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/test_deploy.py) will skip"
 	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -83,6 +85,19 @@ sandbox:
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; }
 	@command -v bwrap >/dev/null
 
+# HAProxy (Debian package) for tests/test_deploy.py: replicas behind a real load balancer
+# with docs/deploy/haproxy.cfg. Installed when missing and we may (root + apt-get).
+HAPROXY_PATH := $(PATH):/usr/sbin:/sbin
+balancer:
+	@PATH="$(HAPROXY_PATH)" command -v haproxy >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get install -y -qq haproxy >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq haproxy >/dev/null 2>&1; }; }; }
+	@PATH="$(HAPROXY_PATH)" command -v haproxy >/dev/null
+
+# The wheel `pipx install` / `uv tool install` take (fixtures included): dist/cli_proxy-*.whl
+wheel: $(STAMP)
+	$(PY) -m pip wheel --no-deps -q -w dist .
+
 $(CLI_DIR)/node_modules/.bin/claude:
 	command -v npm >/dev/null
 	npm install --silent --no-audit --no-fund --prefix $(CLI_DIR) \
@@ -97,4 +112,4 @@ fixtures: $(STAMP) real-clis
 	$(PY) scripts/record_fixtures.py --cli-dir $(CLI_DIR)/node_modules/.bin --out fixtures
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
