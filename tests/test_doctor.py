@@ -4,6 +4,7 @@ no bubblewrap. Each runs the real command in a child process with its own PATH a
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import re
@@ -172,3 +173,27 @@ def test_login_state_names_the_place_never_the_secret(tmp_path: Path) -> None:
     state = login_state("claude", {"CLAUDE_CONFIG_DIR": str(config)}, tmp_path, frozenset())
     assert state.present and state.detail == "~/claude-config/.credentials.json"
     assert login_state("nobody", {}, tmp_path, frozenset()).present is None
+
+
+def test_a_hanging_version_is_killed_with_its_children(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A CLI whose ``--version`` hangs (a launcher that started its real binary) costs doctor
+    its bounded wait; nothing it started is left running."""
+    import psutil
+
+    from cli_proxy import doctor as doctor_module
+
+    pid_file = tmp_path / "child.pid"
+    script = tmp_path / "hangs"
+    script.write_text(f"#!/bin/sh\nsleep 60 &\necho $! > {pid_file}\nsleep 60\n")
+    script.chmod(0o755)
+    monkeypatch.setattr(doctor_module, "VERSION_TIMEOUT_S", 0.5)
+    assert doctor_module.run_version([str(script)], {"PATH": os.defpath}) is None
+    try:
+        child = psutil.Process(int(pid_file.read_text()))
+    except psutil.NoSuchProcess:
+        return
+    psutil.wait_procs([child], timeout=5)
+    with contextlib.suppress(psutil.NoSuchProcess):
+        assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE

@@ -87,8 +87,9 @@ def serving(cli: Path, cwd: Path, env: dict[str, str]) -> Iterator[str]:
         else:
             pytest.fail(f"cli-proxy serve exited ({proc.wait()}) before listening: {events}")
         starting = next(e for e in events if e.get("event") == "starting")
-        assert "REPLAY MODE" in starting["mode"] and "/site-packages/cli_proxy/_fixtures" in (
-            starting["mode"]
+        assert (
+            "REPLAY MODE" in starting["mode"]
+            and "/site-packages/cli_proxy/_fixtures" in (starting["mode"])
         )
         yield str(events[-1]["url"])
     finally:
