@@ -30,7 +30,9 @@ import aiohttp
 import pytest
 from openai import AsyncOpenAI
 
-from .conftest import CODEX_FAKE_CLI, FAKE_CLI, fake
+from cli_proxy.config import Settings
+
+from .conftest import CODEX_FAKE_CLI, FAKE_CLI, ServeFactory, fake
 
 ROOT = Path(__file__).resolve().parent.parent
 HAPROXY_CFG = ROOT / "docs" / "deploy" / "haproxy.cfg"
@@ -182,6 +184,33 @@ async def wait_until(
 
 
 # ------------------------------------------------------------------------- readiness
+
+
+async def test_ready_needs_no_key_and_answers_503_as_an_openai_error(serve: ServeFactory) -> None:
+    served = await serve(api_keys=["s3cret"])
+    async with aiohttp.ClientSession() as session:
+        url = served.server.make_url("/health/ready")
+        async with session.get(url) as r:
+            assert r.status == 200 and await r.json() == {"status": "ready", "running": 0}
+        async with session.get(served.server.make_url("/v1/models")) as r:
+            assert r.status == 401  # the rest still needs the key
+        served.gateway.supervisor.draining = True
+        async with session.get(url) as r:
+            body = await r.json()
+            assert r.status == 503 and r.content_type == "application/json"
+            assert body["error"]["code"] == "shutting_down" and body["error"]["message"]
+
+
+def test_the_systemd_unit_lets_the_gateway_drain() -> None:
+    """systemd must signal the gateway alone (KillMode=mixed) and wait longer than its drain
+    and kill grace before SIGKILL."""
+    unit = (ROOT / "docs" / "deploy" / "cli-proxy@.service").read_text()
+    values = dict(
+        line.split("=", 1) for line in unit.splitlines() if "=" in line and line[0] != "#"
+    )
+    assert values["KillMode"] == "mixed" and values["KillSignal"] == "SIGTERM"
+    defaults = Settings()
+    assert int(values["TimeoutStopSec"]) > defaults.drain_timeout_s + defaults.kill_grace_s
 
 
 async def test_ready_turns_503_when_draining_while_health_stays_200() -> None:
