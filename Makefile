@@ -7,19 +7,18 @@ HOST   ?= 127.0.0.1
 PORT   ?= 8080
 ARGS   ?=
 # Real CLIs for the real-CLI tests, `make fixtures` and `make bench`, installed project-locally
-# from npm: pinned by default; `make test CLIS=latest` runs the suite on the newest releases.
+# from npm: pinned by default (cli_proxy/pinned-clis.mk, which `cli-proxy doctor` reads too);
+# `make test CLIS=latest` runs the suite on the newest releases.
 CLIS           ?= pinned
-CLAUDE_VERSION ?= 2.1.197
-GEMINI_VERSION ?= 0.61.0
-CODEX_VERSION  ?= 0.169.0
+include cli_proxy/pinned-clis.mk
 ifeq ($(CLIS),latest)
-CLAUDE_VERSION := $(shell npm view @anthropic-ai/claude-code version 2>/dev/null || echo latest)
-GEMINI_VERSION := $(shell npm view @google/gemini-cli version 2>/dev/null || echo latest)
-CODEX_VERSION  := $(shell npm view @openai/codex version 2>/dev/null || echo latest)
+CLAUDE_VERSION := $(shell npm view $(CLAUDE_NPM) version 2>/dev/null || echo latest)
+GEMINI_VERSION := $(shell npm view $(GEMINI_NPM) version 2>/dev/null || echo latest)
+CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo latest)
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
-.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox prometheus clean
+.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox prometheus balancer wheel clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
@@ -27,6 +26,7 @@ help:
 	@echo "make lint      ruff + mypy --strict"
 	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-results.json"
 	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
+	@echo "make wheel     build dist/cli_proxy-*.whl (fixtures included; pipx/uv tool install it)"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -38,6 +38,7 @@ venv: $(STAMP)
 
 run: $(STAMP)
 	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed: calls run without a PID namespace (docs/security.md)"
+	@$(VENV)/bin/cli-proxy doctor $(ARGS) || true
 	$(VENV)/bin/cli-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
 
 # The real CLIs (~15 s from npm) let tests/test_real_cli.py drive the real binaries against a
@@ -46,6 +47,7 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed; bwrap tests will skip (the gateway falls back to the pdeathsig launcher)"
 	@$(MAKE) --no-print-directory real-clis || echo "note: real CLIs not installed; realcli tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
+	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/test_deploy.py) will skip"
 	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -83,11 +85,24 @@ sandbox:
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; }
 	@command -v bwrap >/dev/null
 
+# HAProxy (Debian package) for tests/test_deploy.py: replicas behind a real load balancer
+# with docs/deploy/haproxy.cfg. Installed when missing and we may (root + apt-get).
+HAPROXY_PATH := $(PATH):/usr/sbin:/sbin
+balancer:
+	@PATH="$(HAPROXY_PATH)" command -v haproxy >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get install -y -qq haproxy >/dev/null 2>&1 || \
+		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq haproxy >/dev/null 2>&1; }; }; }
+	@PATH="$(HAPROXY_PATH)" command -v haproxy >/dev/null
+
+# The wheel `pipx install` / `uv tool install` take (fixtures included): dist/cli_proxy-*.whl
+wheel: $(STAMP)
+	$(PY) -m pip wheel --no-deps -q -w dist .
+
 $(CLI_DIR)/node_modules/.bin/claude:
 	command -v npm >/dev/null
 	npm install --silent --no-audit --no-fund --prefix $(CLI_DIR) \
-		@anthropic-ai/claude-code@$(CLAUDE_VERSION) @google/gemini-cli@$(GEMINI_VERSION) \
-		@openai/codex@$(CODEX_VERSION)
+		$(CLAUDE_NPM)@$(CLAUDE_VERSION) $(GEMINI_NPM)@$(GEMINI_VERSION) \
+		$(CODEX_NPM)@$(CODEX_VERSION)
 	test -x $@ && test -x $(@D)/gemini && test -x $(@D)/codex
 
 test-real: $(STAMP) real-clis
@@ -97,4 +112,4 @@ fixtures: $(STAMP) real-clis
 	$(PY) scripts/record_fixtures.py --cli-dir $(CLI_DIR)/node_modules/.bin --out fixtures
 
 clean:
-	rm -rf $(VENV) build *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

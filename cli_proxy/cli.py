@@ -1,4 +1,4 @@
-"""``cli-proxy serve``: start the gateway."""
+"""``cli-proxy serve``: start the gateway; ``cli-proxy doctor``: say what it would serve with."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ import os
 import shutil
 import signal
 import sys
+from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -31,7 +32,18 @@ def build_parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="cli-proxy", description=__doc__)
     p.add_argument("--version", action="version", version=f"cli-proxy {__version__}")
     sub = p.add_subparsers(dest="command")
-    s = sub.add_parser("serve", help="run the OpenAI-compatible gateway (the default)")
+    _settings_args(sub.add_parser("serve", help="run the OpenAI-compatible gateway (the default)"))
+    _settings_args(
+        sub.add_parser(
+            "doctor",
+            help="check each backend's CLI, login, containment and fixtures (exit 1: none "
+            "can serve); takes serve's flags, so it checks what serve would run",
+        )
+    )
+    return p
+
+
+def _settings_args(s: argparse.ArgumentParser) -> None:
     s.add_argument("--host", help="bind address (default 127.0.0.1)")
     s.add_argument("--port", type=int, help="port (default 8080; 0 picks a free one)")
     for name in names():
@@ -54,7 +66,6 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--replay-speed", type=float, help="1 = recorded pace, 0 = instant")
     s.add_argument("--log-level", help="debug, info, warning, error")
     s.add_argument("--log-json", action="store_true", default=None, help="JSON log lines")
-    return p
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
@@ -72,9 +83,14 @@ def missing_binaries(settings: Settings) -> list[str]:
     ]
 
 
-def default_fixtures_dir() -> Path:
-    here = Path.cwd() / "fixtures"
-    return here if here.is_dir() else Path(__file__).resolve().parent.parent / "fixtures"
+def shipped_fixtures() -> Path:
+    """The recorded fixtures served when no CLI is found: the installed package's copy (a
+    wheel maps the top-level fixtures/ to ``cli_proxy/_fixtures``), else the checkout's
+    fixtures/. Never the working directory's: ``cli-proxy serve`` runs from anywhere."""
+    packaged = resources.files("cli_proxy").joinpath("_fixtures")
+    if isinstance(packaged, Path) and packaged.is_dir():
+        return packaged
+    return Path(__file__).resolve().parent.parent / "fixtures"
 
 
 def make_gateway(settings: Settings) -> tuple[Gateway, str]:
@@ -89,7 +105,7 @@ def make_gateway(settings: Settings) -> tuple[Gateway, str]:
         missing = missing_binaries(settings)
         live = [b for b in settings.backends if b not in missing]
         if not live:
-            fixtures = default_fixtures_dir()
+            fixtures = shipped_fixtures()
             source = ReplaySource.load(fixtures, settings)
             flags = " / ".join(f"--{b}-bin" for b in settings.backends)
             mode = (
@@ -187,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     except ValueError as exc:
         print(f"cli-proxy: invalid settings: {exc}", file=sys.stderr)
         return 2
+    if args.command == "doctor":
+        from .doctor import run
+
+        status, lines = run(settings)
+        print("\n".join(lines), flush=True)
+        return status
     configure(settings.log_level, bool(settings.log_json))
     from .fixtures import FixtureError
 

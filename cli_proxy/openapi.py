@@ -48,6 +48,14 @@ class HealthStatus(BaseModel):
     rate_limits: dict[str, dict[str, dict[str, Any]]]  # backend -> window -> state
 
 
+class ReadyStatus(BaseModel):
+    """``GET /health/ready``: readiness for a load balancer (503 ``shutting_down`` once the
+    replica drains; never needs an API key)."""
+
+    status: Literal["ready"]
+    running: int
+
+
 class ResponseObject(BaseModel):
     """The Responses API ``Response`` object, as far as the gateway fills it (the keys
     every client reads; the rest follow OpenAI's reference)."""
@@ -122,6 +130,7 @@ _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (ModelList, "serialization"),
     (ModelCard, "serialization"),
     (HealthStatus, "serialization"),
+    (ReadyStatus, "serialization"),
     (ErrorBody, "serialization"),
     (ChatCompletionChunk, "serialization"),
     (ResponseStreamEvent, "serialization"),
@@ -299,6 +308,20 @@ def build_document() -> dict[str, Any]:
                         "content": {"text/plain": {"schema": {"type": "string"}}},
                     },
                     **_errors(_GET_ERRORS, error),
+                },
+            }
+        },
+        "/health/ready": {
+            "get": {
+                "summary": "Readiness: 503 from the moment the replica starts draining",
+                "operationId": "ready",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "ready: a load balancer may send calls here",
+                        "content": {JSON: {"schema": ref[ReadyStatus]}},
+                    },
+                    **_errors((403, 503), error),
                 },
             }
         },

@@ -106,7 +106,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     keys = request.app[GATEWAY].settings.api_keys
-    if keys and request.path != "/health":
+    if keys and request.path not in HEALTH_PATHS:
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         presented = token.strip().encode("utf-8", "surrogateescape")
@@ -134,6 +134,23 @@ async def health(request: web.Request) -> web.Response:
             "rate_limits": gw.metrics.rate_limit_state(),
         }
     )
+
+
+HEALTH_PATHS = frozenset({"/health", "/health/ready"})  # probes carry no API key
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Readiness, for a load balancer's health check: 503 from the moment this replica
+    starts draining (first SIGTERM), so the balancer sends new calls elsewhere while the
+    running ones finish. ``/health`` stays liveness: 200 while the process serves."""
+    gw = request.app[GATEWAY]
+    if gw.supervisor.draining or gw.supervisor.closing:
+        raise APIError(
+            503,
+            "this replica is draining (stopping): send new calls to another one",
+            code="shutting_down",
+        )
+    return json_response({"status": "ready", "running": gw.supervisor.running})
 
 
 def _cards(gw: Gateway) -> list[ModelCard]:
@@ -354,6 +371,7 @@ def create_app(gateway: Gateway) -> web.Application:
     app.on_response_prepare.append(guard.on_prepare)
     app[GATEWAY] = gateway
     app.router.add_get("/health", health)
+    app.router.add_get("/health/ready", ready)
     app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
     app.router.add_get("/metrics", metrics)
     for prefix in ("/v1", ""):

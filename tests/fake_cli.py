@@ -33,6 +33,7 @@ the prompt (XML-escaped, so it is unescaped first):
   (an answer's "@SURROGATE@" is printed as the JSON escape \ud800, a lone surrogate)
   max_tokens  claude only: the answer, then the CLI's real "exceeded the output token
               maximum" error (synthetic assistant message + is_error result)
+``fake_cli.py claude --version`` prints a version in the real CLI's format (for doctor).
 Only the standard library: it runs with whatever python3 is on PATH.
 """
 
@@ -321,6 +322,9 @@ def run_gemini(argv: list[str], prompt: str, spec: dict[str, object], answer: st
 
 def main() -> int:
     flavour, argv = sys.argv[1], sys.argv[2:]
+    if argv == ["--version"]:  # the real CLIs' format, a version no test pins
+        print({"claude": "2.1.197-fake (Claude Code)"}.get(flavour, "0.61.0-fake"))
+        return 0
     # like the real CLIs (Node's JSON.stringify): raw UTF-8 out, whatever the locale
     sys.stdin.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     sys.stdout.reconfigure(encoding="utf-8")  # type: ignore[union-attr]

@@ -63,6 +63,7 @@ def test_the_document_is_valid_openapi_3_1() -> None:
         ("GET", "/v1/models/{model}"),
         ("GET", "/health"),
         ("GET", "/metrics"),
+        ("GET", "/health/ready"),
         ("GET", "/openapi.json"),
     }
 
@@ -85,6 +86,7 @@ def test_statuses_and_media_types_are_the_servers() -> None:
                     assert ref == "#/components/schemas/ErrorBody"
     assert "404" in paths["/v1/models/{model}"]["get"]["responses"]
     assert paths["/health"]["get"]["security"] == []  # /health never needs a key
+    assert paths["/health/ready"]["get"]["security"] == []
 
 
 def test_generated_from_the_models_and_cached() -> None:

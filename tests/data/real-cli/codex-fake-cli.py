@@ -41,6 +41,9 @@ def emit(obj: dict[str, object]) -> None:
 
 def main() -> int:
     argv = sys.argv[1:]
+    if argv == ["--version"]:  # the real CLI's format, a version no test pins
+        print("codex-cli 0.169.0-fake")
+        return 0
     assert argv[:2] == ["exec", "--json"], argv
     sys.stderr.write("Reading prompt from stdin...\n")
     prompt = sys.stdin.read()
