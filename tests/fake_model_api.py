@@ -414,6 +414,7 @@ class FakeModelAPI:
                 "query": dict(request.query),
                 "headers": dict(request.headers),
                 "body": body,
+                "bytes": len(raw),  # the body as sent, before parsing
             }
         )
         return body
