@@ -40,7 +40,7 @@ from cli_proxy.backends.registry import backend_class  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from tests.fake_model_api import FakeModelAPI, start_fake_model_api  # noqa: E402
+from tests.fake_model_api import FakeModelAPI, start_fake_model_api, text_pieces  # noqa: E402
 
 MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
 PATHS = {"claude": "/v1/messages", "gemini": ":streamGenerateContent", "codex": "/v1/responses"}
@@ -53,39 +53,10 @@ def modes(backend: str) -> list[str | None]:
     return list(typing.get_args(field.annotation)) if field is not None else [None]
 
 
-def texts(backend: str, body: dict[str, Any]) -> tuple[list[str], list[str]]:
-    """(system-level texts, message texts) of one upstream request body."""
-    system: list[str] = []
-    messages: list[str] = []
-
-    def blocks(content: Any, into: list[str]) -> None:
-        if isinstance(content, str):
-            into.append(content)
-        for block in content if isinstance(content, list) else []:
-            if isinstance(block, dict) and isinstance(block.get("text"), str):
-                into.append(block["text"])
-
-    if backend == "claude":
-        blocks(body.get("system"), system)
-        for msg in body.get("messages") or []:
-            blocks(msg.get("content"), messages)
-    elif backend == "gemini":
-        blocks((body.get("systemInstruction") or {}).get("parts"), system)
-        for content in body.get("contents") or []:
-            blocks(content.get("parts"), messages)
-    else:
-        if isinstance(body.get("instructions"), str):
-            system.append(body["instructions"])
-        for item in body.get("input") or []:
-            role = item.get("role")
-            blocks(item.get("content"), system if role in ("developer", "system") else messages)
-    return system, messages
-
-
 def measure(
     backend: str, mode: str | None, raw: int, body: dict[str, Any], prompt: str, ours: str
 ) -> dict[str, Any]:
-    system, messages = texts(backend, body)
+    system, messages = text_pieces(PATHS[backend], body)
     own = [t for t in system if t.strip() != ours.strip()] if ours else list(system)
     # the gateway's prompt may arrive as several blocks (claude): each one a piece of it
     own += [t for t in messages if not (t.strip() and t.strip() in prompt)]
