@@ -124,11 +124,12 @@ _CATALOG_SET: dict[str, Any] = {
     "include_skills_usage_instructions": False,
     "include_plugin_usage_instructions": False,
     "include_apps_usage_instructions": False,
-}
-# ``minimal`` only: codex's own instructions (its base text and the per-personality template
-# in model_messages, both naming its tools) give way to ours.
-_CATALOG_MINIMAL: dict[str, Any] = {
+    # per-personality instruction templates: with personality off, codex 0.169.0 sent the
+    # same request with or without them (cli mode), and they are most of the catalog's size
     "model_messages": None,
+}
+# ``minimal`` only: codex's own base instructions (which name its tools) give way to ours.
+_CATALOG_MINIMAL: dict[str, Any] = {
     "base_instructions": BASE_INSTRUCTIONS,  # (shrinks the catalog from ~750 kB to ~20 kB)
 }
 FALLBACK_CATALOG: dict[str, Any] = {
@@ -173,17 +174,9 @@ FALLBACK_CATALOG: dict[str, Any] = {
 one model"), and without one its built-in catalog models keep their tools. This one entry
 (gpt-5.5 as 0.169.0 lists it, sealed) is accepted; every other model then runs on fallback
 metadata, which the feature disables alone seal (tested). A codex version that rejects it
-fails the call: closed, never unsealed."""
-
-
-def fallback_catalog(system_prompt: SystemPrompt) -> dict[str, Any]:
-    """``FALLBACK_CATALOG`` for the mode: with ``cli`` its entry carries no instructions, and
-    codex uses its built-in ones (tested on the real binary)."""
-    if system_prompt == "minimal":
-        return FALLBACK_CATALOG
-    (entry,) = FALLBACK_CATALOG["models"]
-    bare = {k: v for k, v in entry.items() if k not in _CATALOG_MINIMAL}
-    return {**FALLBACK_CATALOG, "models": [bare]}
+fails the call: closed, never unsealed. Its entry carries our instructions in both modes:
+codex refuses an entry with none ("missing both base_instructions and model_messages"), and
+without the binary's catalog codex's own text for it is unknown."""
 
 
 def seal_catalog(
@@ -255,11 +248,11 @@ def _make_catalog(command: list[str], path_env: str, system_prompt: SystemPrompt
             catalog, _ = json.JSONDecoder().raw_decode(out[out.find("{") :])
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             log.warning("codex model catalog unavailable (%s): the fallback catalog", exc)
-            return fallback_catalog(system_prompt)
+            return FALLBACK_CATALOG
     sealed = seal_catalog(catalog, system_prompt) if isinstance(catalog, dict) else {"models": []}
     if not sealed["models"]:
         log.warning("codex debug models printed no catalog: the fallback catalog")
-        return fallback_catalog(system_prompt)
+        return FALLBACK_CATALOG
     return sealed
 
 
