@@ -373,7 +373,7 @@ class CodexBackend(Backend):
     def warm_up(self) -> None:
         """The binary's sealed catalog (``codex debug models``, ~0.1 s and up to 30 s) is made
         here, off the event loop, before the first plan writes it into a private home."""
-        sealed_catalog(self.command, os.environ.get("PATH", os.defpath))
+        sealed_catalog(self.command, os.environ.get("PATH", os.defpath), self.system_prompt)
 
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> CodexParser:
         return CodexParser()
