@@ -62,6 +62,7 @@ bench: $(STAMP)
 	$(PY) bench/memory.py
 	$(PY) bench/scrape.py
 	@$(MAKE) --no-print-directory real-clis sandbox && \
+		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/upstream.py && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/cache.py && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/warm.py \
 		|| echo "note: real CLIs or bubblewrap missing: the real-CLI benches did not run"

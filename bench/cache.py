@@ -8,14 +8,17 @@ wrote at a breakpoint, ending at one of its block boundaries within 20 blocks be
 its own breakpoints). The loop: an 8 kB system prompt, 40 tools, every step one tool call
 and a 2 kB tool result appended.
 
-Reported per step and in total:
+Reported per step and in total, for each value of the backends' ``system_prompt`` option
+(``cli``: the CLI's own agent prompt; ``minimal``: the gateway's short one), each in a fresh
+gateway:
 - claude: upstream input characters, the share read from the cache, and what the client saw
   in ``usage.prompt_tokens_details.cached_tokens``;
 - gemini (whose caching is implicit, by prefix): the share of each request that is a
   byte-identical prefix of the next one.
 
-Usage: ``python bench/cache.py [--steps 20] [--out bench/cache-results.json]``; the real CLIs
-come from $CLI_PROXY_REAL_CLI_DIR or .cli/*/node_modules/.bin (``make real-clis``).
+Usage: ``python bench/cache.py [--steps 20] [--modes cli,minimal] [--out
+bench/cache-results.json]``; the real CLIs come from $CLI_PROXY_REAL_CLI_DIR or
+.cli/*/node_modules/.bin (``make real-clis``).
 """
 
 from __future__ import annotations
@@ -144,15 +147,30 @@ async def main() -> None:
     ap.add_argument("--steps", type=int, default=20)
     ap.add_argument("--out", default=str(ROOT / "bench" / "cache-results.json"))
     ap.add_argument("--launcher", default="auto", help="auto, bwrap or pdeathsig")
+    ap.add_argument("--modes", default="cli,minimal", help="system_prompt values to run")
     args = ap.parse_args()
     clis = cli_dir()
     api = await start_fake_model_api(cache=True)
     point_clis_at(api.url)
+    results: dict[str, Any] = {"runs": {}}
+    try:
+        for mode in args.modes.split(","):
+            results["runs"][mode] = await run_mode(api, clis, mode, args, results)
+    finally:
+        await api.close()
+    Path(args.out).write_text(json.dumps(results, indent=1))
+    report(results, args.steps, args.out)
+
+
+async def run_mode(
+    api: FakeModelAPI, clis: Path, mode: str, args: argparse.Namespace, results: dict[str, Any]
+) -> dict[str, Any]:
+    """Both loops through a fresh gateway whose claude and gemini use this system prompt."""
     settings = Settings(
         host="127.0.0.1",
         port=0,
-        claude_bin=str(clis / "claude"),
-        gemini_bin=str(clis / "gemini"),
+        claude={"bin": str(clis / "claude"), "system_prompt": mode},
+        gemini={"bin": str(clis / "gemini"), "system_prompt": mode},
         timeout_s=60,
         launcher=args.launcher,
     )
@@ -163,7 +181,8 @@ async def main() -> None:
     await site.start()
     port = runner.addresses[0][1]
     client = AsyncOpenAI(base_url=f"http://127.0.0.1:{port}/v1", api_key="x", max_retries=0)
-    results: dict[str, Any] = {"launcher": gateway.launcher.describe()}
+    results["launcher"] = gateway.launcher.describe()
+    out: dict[str, Any] = {}
     try:
         seen = await loop(client, "claude-sonnet-4-6", args.steps)
         uses = api.cache_uses[-args.steps :]
@@ -180,7 +199,7 @@ async def main() -> None:
         later = uses[1:]
         total = sum(u.total_chars for u in later)
         read = sum(u.read_chars for u in later)
-        results["claude"] = {
+        out["claude"] = {
             "steps": rows,
             "steps_2_on_input_chars": total,
             "steps_2_on_read_chars": read,
@@ -198,7 +217,7 @@ async def main() -> None:
             for b in bodies
         ]
         shares = [common_prefix(a, b) / len(a) for a, b in itertools.pairwise(texts)]
-        results["gemini"] = {
+        out["gemini"] = {
             "request_chars": [len(t) for t in texts],
             "prefix_share_of_next": [round(x, 4) for x in shares],
             "median_prefix_share": round(statistics.median(shares), 4),
@@ -206,24 +225,27 @@ async def main() -> None:
     finally:
         await client.close()
         await runner.cleanup()
-        await api.close()
-    Path(args.out).write_text(json.dumps(results, indent=1))
-    report(results, args.steps, args.out)
+    return out
 
 
 def report(results: dict[str, Any], steps: int, out: str) -> None:
-    c, g = results["claude"], results["gemini"]
     print(f"containment: {results['launcher']}")
-    print("claude step  input_chars  read_share  client_cached_tokens")
-    for r in c["steps"]:
-        share, seen = r["read_share"], r["client_cached_tokens"]
-        print(f"  {r['step']:>4}  {r['input_chars']:>11}  {share:>10.3f}  {seen:>8}")
-    share = c["steps_2_on_read_share"]
-    print(f"claude steps 2-{steps}: {share:.1%} of upstream input chars read from cache (>= 85%)")
-    seen, simulated = c["client_cached_tokens_total"], c["simulated_read_tokens_total"]
-    print(f"claude cached_tokens seen by the client: {seen} (simulated reads: {simulated})")
-    median = g["median_prefix_share"]
-    print(f"gemini median share of a request that prefixes the next: {median:.3f} (>= 0.90)")
+    for mode, run in results["runs"].items():
+        c, g = run["claude"], run["gemini"]
+        print(f"system_prompt = {mode}")
+        print("  claude step  input_chars  read_share  client_cached_tokens")
+        for r in c["steps"]:
+            share, seen = r["read_share"], r["client_cached_tokens"]
+            print(f"    {r['step']:>4}  {r['input_chars']:>11}  {share:>10.3f}  {seen:>8}")
+        share = c["steps_2_on_read_share"]
+        print(
+            f"  claude steps 2-{steps}: {share:.1%} of upstream input chars read from cache"
+            " (>= 85%)"
+        )
+        seen, simulated = c["client_cached_tokens_total"], c["simulated_read_tokens_total"]
+        print(f"  claude cached_tokens seen by the client: {seen} (simulated reads: {simulated})")
+        median = g["median_prefix_share"]
+        print(f"  gemini median share of a request that prefixes the next: {median:.3f} (>= 0.90)")
     print(f"results: {out}")
 
 

@@ -249,6 +249,29 @@ def responses_texts(body: dict[str, Any]) -> tuple[str, str, str]:
     return "\n".join(system), "\n".join(parts), last_user
 
 
+def text_pieces(path: str, body: dict[str, Any]) -> tuple[list[str], list[str]]:
+    """(system-level texts, message texts) of one recorded model request, each text block
+    apart: what bench/upstream.py and the system-prompt tests split into ours and the CLI's."""
+    system: list[str] = []
+    messages: list[str] = []
+    if path.endswith("/messages"):
+        system = _texts_of_content(body.get("system") or [])
+        for msg in body.get("messages") or []:
+            messages.extend(_texts_of_content(msg.get("content")))
+    elif path.endswith(":streamGenerateContent") or path.endswith(":generateContent"):
+        instruction = body.get("systemInstruction") or body.get("system_instruction") or {}
+        system = _texts_of_content(instruction.get("parts"))
+        for content in body.get("contents") or []:
+            messages.extend(_texts_of_content(content.get("parts")))
+    else:
+        if isinstance(body.get("instructions"), str):
+            system.append(body["instructions"])
+        for item in body.get("input") or []:
+            into = system if item.get("role") in ("developer", "system") else messages
+            into.extend(_texts_of_content(item.get("content")))
+    return system, messages
+
+
 @dataclass
 class Plan:
     """What to answer for one request."""
@@ -414,6 +437,7 @@ class FakeModelAPI:
                 "query": dict(request.query),
                 "headers": dict(request.headers),
                 "body": body,
+                "bytes": len(raw),  # the body as sent, before parsing
             }
         )
         return body

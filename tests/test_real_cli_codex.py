@@ -80,6 +80,7 @@ async def start(
     monkeypatch: pytest.MonkeyPatch,
     launcher: str = "pdeathsig",
     bin_prefix: str = "",
+    system_prompt: str = "minimal",
     **settings: Any,
 ) -> tuple[Codex, FakeModelAPI]:
     assert CODEX is not None
@@ -93,7 +94,11 @@ async def start(
     root = tmp_path / "root"
     values: dict[str, Any] = {
         "backends": ["codex"],
-        "codex": {"bin": f"{bin_prefix} {CODEX}".strip(), "base_url": api.url + "/v1"},
+        "codex": {
+            "bin": f"{bin_prefix} {CODEX}".strip(),
+            "base_url": api.url + "/v1",
+            "system_prompt": system_prompt,
+        },
         "timeout_s": 60,
         "idle_timeout_s": 30,
         "kill_grace_s": 1,
@@ -120,31 +125,52 @@ async def codex(
         await api.close()
 
 
+@pytest.fixture(params=["minimal", "cli"])
+def system_prompt(request: pytest.FixtureRequest) -> str:
+    """Both values of the option: codex's own instructions are no door either."""
+    mode: str = request.param
+    return mode
+
+
 @pytest.fixture(params=LAUNCHERS)
 async def sealed(
     request: pytest.FixtureRequest,
+    system_prompt: str,
     serve: ServeFactory,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Codex]:
-    c, api = await start(serve, tmp_path, monkeypatch, launcher=request.param)
+    c, api = await start(
+        serve, tmp_path, monkeypatch, launcher=request.param, system_prompt=system_prompt
+    )
     try:
         yield c
     finally:
         await api.close()
 
 
-def assert_sealed_request(body: dict[str, Any]) -> None:
-    """No tool of codex's own, in either form, and only our instructions beside the prompt."""
+def assert_sealed_request(body: dict[str, Any], system_prompt: str = "minimal") -> None:
+    """No tool of codex's own, in either form, and only our instructions beside the prompt
+    (``cli``: codex's own instructions for the model, which name AGENTS.md as a concept)."""
     assert not body.get("tools"), body.get("tools")
     items = body["input"]
     assert not [i for i in items if i.get("type") == "additional_tools"], items
     assert not [i for i in items if "tool" in str(i.get("type"))], items
-    developer = [i for i in items if i.get("role") == "developer"]
-    for item in developer:
-        assert item["content"] == [{"type": "input_text", "text": BASE_INSTRUCTIONS.strip()}]
+    developer = [c for i in items if i.get("role") == "developer" for c in i["content"]]
+    # codex sends its instructions twice for some catalog models (gpt-6.1-sol, gpt-5.6-luna;
+    # those with use_responses_lite): each copy is the same text
+    texts = {c["text"].strip() for c in developer if c.get("type") == "input_text"}
+    assert len(texts) == 1 and len(developer) in (1, 2), developer
+    (text,) = texts
+    if system_prompt == "cli":
+        assert "Codex" in text and text != BASE_INSTRUCTIONS.strip()
+    else:
+        assert text == BASE_INSTRUCTIONS.strip()
+        assert "AGENTS.md" not in json.dumps(body)
     assert [i.get("role") for i in items if i.get("type") == "message"][-1] == "user"
-    assert "AGENTS.md" not in json.dumps(body) and "environment_context" not in json.dumps(body)
+    sent = json.dumps(body)
+    assert "AGENTS.md instructions for" not in sent and "<INSTRUCTIONS>" not in sent
+    assert "environment_context" not in sent
 
 
 def user(text: str) -> list[ChatCompletionMessageParam]:
@@ -355,15 +381,25 @@ async def test_sealed_catalog_of_the_real_binary() -> None:
 
 
 @pytest.mark.parametrize("model", ["gpt-6.1-sol", "gpt-5.6-luna", "o3", "codex/gpt-4.1"])
-async def test_every_model_form_is_sealed(codex: Codex, model: str) -> None:
+async def test_every_model_form_is_sealed(
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    system_prompt: str,
+) -> None:
     """Catalog models (JS exec and collaboration tools unsealed) and fallback-metadata models
-    (shell tools unsealed) alike: no tool upstream."""
-    r = await codex.client.chat.completions.create(
-        model=model, messages=user("hi" + fake(answer="ok"))
-    )
-    assert r.choices[0].message.content == "ok"
-    body, _ = codex.only_request()
-    assert_sealed_request(body)
+    (shell tools unsealed) alike, with our instructions or codex's own: no tool upstream."""
+    c, api = await start(serve, tmp_path, monkeypatch, system_prompt=system_prompt)
+    try:
+        r = await c.client.chat.completions.create(
+            model=model, messages=user("hi" + fake(answer="ok"))
+        )
+        assert r.choices[0].message.content == "ok"
+        body, _ = c.only_request()
+        assert_sealed_request(body, system_prompt)
+    finally:
+        await api.close()
 
 
 async def test_host_files_never_reach_the_model_and_nothing_stays(sealed: Codex) -> None:
@@ -399,22 +435,27 @@ async def test_host_files_never_reach_the_model_and_nothing_stays(sealed: Codex)
 
 @pytest.mark.parametrize("model", ["gpt-6.1-sol", "gpt-5.5", "o3"])
 async def test_fallback_catalog_is_accepted_and_sealed(
-    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, model: str
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    system_prompt: str,
 ) -> None:
     """When ``codex debug models`` gives nothing the one-model fallback catalog stands in:
-    codex accepts it and every model, in it or not, is still sealed."""
+    codex accepts it and every model, in it or not, is still sealed (``cli``: gpt-5.5, the
+    one entry, gets our instructions, the others codex's built-in ones)."""
     from cli_proxy.backends import codex as codex_module
 
     fallback = json.dumps(codex_module.FALLBACK_CATALOG).encode()
-    monkeypatch.setattr(codex_module, "sealed_catalog", lambda command, path: fallback)
-    c, api = await start(serve, tmp_path, monkeypatch)
+    monkeypatch.setattr(codex_module, "sealed_catalog", lambda command, path, mode: fallback)
+    c, api = await start(serve, tmp_path, monkeypatch, system_prompt=system_prompt)
     try:
         r = await c.client.chat.completions.create(
             model=model, messages=user("hi" + fake(answer="ok"))
         )
         assert r.choices[0].message.content == "ok"
         body, _ = c.only_request()
-        assert_sealed_request(body)
+        assert_sealed_request(body, "minimal" if model == "gpt-5.5" else system_prompt)
     finally:
         await api.close()
 

@@ -23,6 +23,7 @@ from .base import (
     kind_for_status,
     load_json_line,
 )
+from .system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 
 # OpenAI reasoning levels -> ``claude --effort`` (low, medium, high, xhigh, max). claude has no
 # level without thinking in --effort; "none" and "minimal" take its lowest.
@@ -44,6 +45,10 @@ SEALED_ENV = {
 
 class ClaudeOptions(BackendOptions):
     bin: str = "claude"
+    system_prompt: SystemPrompt = "cli"
+    """``cli`` (default): claude's own agent prompt, which subscription billing reportedly
+    expects (docs/security.md); ``minimal``: the gateway's short neutral one
+    (``CLI_PROXY_CLAUDE__SYSTEM_PROMPT=minimal``), ~12 kB less upstream per call."""
 
 
 class ClaudeBackend(Backend):
@@ -107,6 +112,7 @@ class ClaudeBackend(Backend):
             # is the same for every call: the provider caches it.
             "--exclude-dynamic-system-prompt-sections",
         ]
+        argv += self.system_prompt_args()
         if launch.effort is not None:
             argv += ["--effort", CLAUDE_EFFORT[launch.effort]]
         # Always: token deltas for streaming; the parser skips the whole-message copy, so a
@@ -114,6 +120,12 @@ class ClaudeBackend(Backend):
         # one pre-started process serves either.
         argv.append("--include-partial-messages")
         return argv
+
+    def system_prompt_args(self) -> list[str]:
+        """``minimal``: our text replaces the agent prompt (the billing header and a one-line
+        identity stay); ``--system-prompt=`` in one argument, so no text is read as a flag."""
+        mode = getattr(self.options, "system_prompt", "cli")
+        return [f"--system-prompt={MINIMAL_SYSTEM_PROMPT}"] if mode == "minimal" else []
 
     def env(self, base: Mapping[str, str]) -> dict[str, str]:
         env = super().env(base)

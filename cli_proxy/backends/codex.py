@@ -4,9 +4,10 @@ Codex declares its own tools per model, either as a ``tools`` array or as an
 ``additional_tools`` input item, and no single flag removes them all. Three things together
 leave the upstream request with no tool at all, for catalog and unknown models alike: a
 model catalog with every per-model tool mode removed (``SEALED_CATALOG``), feature disables
-and config keys (``argv``), and trimmed context (our own base instructions, no environment,
-permission or AGENTS.md text). Each call gets a private CODEX_HOME holding only our config;
-``--ephemeral`` and ``history.persistence = "none"`` keep the prompt off its disk.
+and config keys (``argv``), and trimmed context (no environment, permission or AGENTS.md
+text; our own base instructions unless ``system_prompt`` is ``cli``). Each call gets a
+private CODEX_HOME holding only our config; ``--ephemeral`` and ``history.persistence =
+"none"`` keep the prompt off its disk.
 """
 
 from __future__ import annotations
@@ -39,6 +40,7 @@ from .base import (
     exit_failure,
     load_json_line,
 )
+from .system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +52,10 @@ ChatGPT login in auth.json, or ``CODEX_API_KEY`` when that is set."""
 CHATGPT_BASE_URL = "https://chatgpt.com/backend-api/codex"
 API_BASE_URL = "https://api.openai.com/v1"
 
-BASE_INSTRUCTIONS = (
-    "You are a helpful assistant. Follow the instructions in the user's message and answer "
-    "it with text only. You have no tools: you cannot run commands, read or write files, "
-    "or browse.\n"
-)
-"""Replaces codex's ~21 kB "You are Codex" base instructions, which describe its shell and
-patch tools: a model told about them tries to call them (and the call only loops)."""
+BASE_INSTRUCTIONS = MINIMAL_SYSTEM_PROMPT
+"""With ``system_prompt = "minimal"`` (the default) this replaces codex's 17-22 kB "You are
+Codex" base instructions, which describe its shell and patch tools: a model told about them
+tries to call them (and the call only loops)."""
 
 # Features whose tools or context must stay off. shell_tool and unified_exec matter for
 # models missing from the catalog (they get fallback metadata); multi_agent, view_image and
@@ -125,7 +124,12 @@ _CATALOG_SET: dict[str, Any] = {
     "include_skills_usage_instructions": False,
     "include_plugin_usage_instructions": False,
     "include_apps_usage_instructions": False,
-    "model_messages": None,  # per-mode instructions that name codex's tools
+    # per-personality instruction templates: with personality off, codex 0.169.0 sent the
+    # same request with or without them (cli mode), and they are most of the catalog's size
+    "model_messages": None,
+}
+# ``minimal`` only: codex's own base instructions (which name its tools) give way to ours.
+_CATALOG_MINIMAL: dict[str, Any] = {
     "base_instructions": BASE_INSTRUCTIONS,  # (shrinks the catalog from ~750 kB to ~20 kB)
 }
 FALLBACK_CATALOG: dict[str, Any] = {
@@ -162,6 +166,7 @@ FALLBACK_CATALOG: dict[str, Any] = {
             "node_repl_auto_review_required": False,
             "node_repl_disabled": False,
             **_CATALOG_SET,
+            **_CATALOG_MINIMAL,
         }
     ]
 }
@@ -169,17 +174,25 @@ FALLBACK_CATALOG: dict[str, Any] = {
 one model"), and without one its built-in catalog models keep their tools. This one entry
 (gpt-5.5 as 0.169.0 lists it, sealed) is accepted; every other model then runs on fallback
 metadata, which the feature disables alone seal (tested). A codex version that rejects it
-fails the call: closed, never unsealed."""
+fails the call: closed, never unsealed. Its entry carries our instructions in both modes:
+codex refuses an entry with none ("missing both base_instructions and model_messages"), and
+without the binary's catalog codex's own text for it is unknown."""
 
 
-def seal_catalog(catalog: dict[str, Any]) -> dict[str, Any]:
-    """``codex debug models`` output with every per-model tool mode removed."""
+def seal_catalog(
+    catalog: dict[str, Any], system_prompt: SystemPrompt = "minimal"
+) -> dict[str, Any]:
+    """``codex debug models`` output with every per-model tool mode removed (and, for
+    ``minimal``, codex's own instructions replaced by ours)."""
     models = catalog.get("models")
     out = []
     for model in models if isinstance(models, list) else []:
         if isinstance(model, dict) and isinstance(model.get("slug"), str):
             sealed = {k: v for k, v in model.items() if k not in _CATALOG_DROP}
-            out.append({**sealed, **_CATALOG_SET})
+            sealed.update(_CATALOG_SET)
+            if system_prompt == "minimal":
+                sealed.update(_CATALOG_MINIMAL)
+            out.append(sealed)
     return {**catalog, "models": out}
 
 
@@ -187,7 +200,9 @@ _catalogs: dict[tuple[Any, ...], bytes] = {}
 _catalog_lock = threading.Lock()
 
 
-def sealed_catalog(command: list[str], path_env: str) -> bytes:
+def sealed_catalog(
+    command: list[str], path_env: str, system_prompt: SystemPrompt = "minimal"
+) -> bytes:
     """The sealed catalog of this codex binary, made once per binary (path, size, mtime).
 
     Made from the binary itself, so a new version's models and catalog fields come along;
@@ -196,11 +211,11 @@ def sealed_catalog(command: list[str], path_env: str) -> bytes:
     and written into each call's private home (the first plan per binary waits for it).
     If it fails (not codex, or a new output format) ``FALLBACK_CATALOG`` stands in.
     """
-    key = _binary_key(command, path_env)
+    key = (system_prompt, *_binary_key(command, path_env))
     with _catalog_lock:
         cached = _catalogs.get(key)
         if cached is None:
-            cached = json.dumps(_make_catalog(command, path_env)).encode()
+            cached = json.dumps(_make_catalog(command, path_env, system_prompt)).encode()
             _catalogs[key] = cached
         return cached
 
@@ -215,7 +230,7 @@ def _binary_key(command: list[str], path_env: str) -> tuple[Any, ...]:
         return (*command, None)
 
 
-def _make_catalog(command: list[str], path_env: str) -> dict[str, Any]:
+def _make_catalog(command: list[str], path_env: str, system_prompt: SystemPrompt) -> dict[str, Any]:
     with tempfile.TemporaryDirectory(prefix="cli-proxy-codex-catalog-") as home:
         env = {"PATH": path_env, "HOME": home, "CODEX_HOME": home, "LANG": "C.UTF-8"}
         try:
@@ -234,7 +249,7 @@ def _make_catalog(command: list[str], path_env: str) -> dict[str, Any]:
         except (OSError, subprocess.SubprocessError, ValueError) as exc:
             log.warning("codex model catalog unavailable (%s): the fallback catalog", exc)
             return FALLBACK_CATALOG
-    sealed = seal_catalog(catalog) if isinstance(catalog, dict) else {"models": []}
+    sealed = seal_catalog(catalog, system_prompt) if isinstance(catalog, dict) else {"models": []}
     if not sealed["models"]:
         log.warning("codex debug models printed no catalog: the fallback catalog")
         return FALLBACK_CATALOG
@@ -247,6 +262,10 @@ class CodexOptions(BackendOptions):
     """The Responses API base URL (``CLI_PROXY_CODEX__BASE_URL``). Default: ChatGPT's codex
     backend for a ChatGPT login, api.openai.com for an API key (``CODEX_API_KEY`` or an
     API-key login). Tests point it at a fake API on loopback."""
+    system_prompt: SystemPrompt = "minimal"
+    """``minimal`` (default): the gateway's short instructions in place of codex's own;
+    ``cli``: codex's own per-model instructions (17-22 kB), which describe shell and patch
+    tools the model does not have here (``CLI_PROXY_CODEX__SYSTEM_PROMPT``)."""
 
 
 class CodexBackend(Backend):
@@ -309,11 +328,24 @@ class CodexBackend(Backend):
             env=("HOME", "CODEX_HOME"),
             files=(
                 ("config.toml", self._config(auth, login != ()).encode()),
-                ("catalog.json", sealed_catalog(self.command, path_env)),
-                ("instructions.md", BASE_INSTRUCTIONS.encode()),
+                ("catalog.json", sealed_catalog(self.command, path_env, self.system_prompt)),
+                *self.system_prompt_files(),
             ),
             login=login,
         )
+
+    @property
+    def system_prompt(self) -> SystemPrompt:
+        if isinstance(self.options, CodexOptions):
+            return self.options.system_prompt
+        return "minimal"
+
+    def system_prompt_files(self) -> tuple[tuple[str, bytes], ...]:
+        """``minimal``: the instructions file the config names (codex reads it for models
+        missing from the catalog, whose fallback metadata would carry codex's own text)."""
+        if self.system_prompt != "minimal":
+            return ()
+        return (("instructions.md", BASE_INSTRUCTIONS.encode()),)
 
     def _config(self, auth: Path, logged_in: bool) -> str:
         base_url = self.options.base_url if isinstance(self.options, CodexOptions) else None
@@ -321,12 +353,13 @@ class CodexBackend(Backend):
             key = "CODEX_API_KEY" in os.environ and "CODEX_API_KEY" not in self.drop_env
             chatgpt = logged_in and not key and _chatgpt_login(auth)
             base_url = CHATGPT_BASE_URL if chatgpt else API_BASE_URL
+        instructions = self.system_prompt == "minimal"
         # relative paths are resolved against CODEX_HOME
         return (
             f'model_provider = "{PROVIDER}"\n'
             'model_catalog_json = "catalog.json"\n'
-            'model_instructions_file = "instructions.md"\n'
-            'cli_auth_credentials_store = "file"\n'
+            + ('model_instructions_file = "instructions.md"\n' if instructions else "")
+            + 'cli_auth_credentials_store = "file"\n'
             f"[model_providers.{PROVIDER}]\n"
             f'name = "{PROVIDER}"\n'
             f"base_url = {json.dumps(base_url)}\n"
@@ -340,7 +373,7 @@ class CodexBackend(Backend):
     def warm_up(self) -> None:
         """The binary's sealed catalog (``codex debug models``, ~0.1 s and up to 30 s) is made
         here, off the event loop, before the first plan writes it into a private home."""
-        sealed_catalog(self.command, os.environ.get("PATH", os.defpath))
+        sealed_catalog(self.command, os.environ.get("PATH", os.defpath), self.system_prompt)
 
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> CodexParser:
         return CodexParser()

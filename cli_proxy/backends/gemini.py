@@ -23,6 +23,7 @@ from .base import (
     exit_failure,
     load_json_line,
 )
+from .system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 
 # Workspace settings (they override the user's): no core tools, so the model cannot act on
 # the host; one attempt, because a retried stream re-prints the text already streamed; no
@@ -46,10 +47,19 @@ USER_SETTINGS: dict[str, Any] = {
 LOGIN_FILES = ("oauth_creds.json", "google_accounts.json", "installation_id")
 # ``@name`` in the prompt inlines a work-dir file; the work dir ignores every file.
 GEMINIIGNORE = b"*\n"
+# ``minimal``: the system instruction is this work-dir file's text (GEMINI_SYSTEM_MD, read
+# relative to the CLI's cwd, which is the call's work dir with every launcher).
+SYSTEM_MD = ".gemini/system.md"
+# GEMINI_SYSTEM_MD from the gateway's environment or a .env file gemini finds would read a
+# host file into the system prompt, GEMINI_WRITE_SYSTEM_MD writes the prompt to disk: both
+# are always set here ("false": off), and a .env file never overrides a set variable.
 
 
 class GeminiOptions(BackendOptions):
     bin: str = "gemini"
+    system_prompt: SystemPrompt = "minimal"
+    """``minimal`` (default): the gateway's short neutral system instruction in place of
+    gemini's ~21.5 kB agent prompt; ``cli``: gemini's own (``CLI_PROXY_GEMINI__SYSTEM_PROMPT``)."""
 
 
 class GeminiBackend(Backend):
@@ -86,7 +96,7 @@ class GeminiBackend(Backend):
         # the working directory is our own empty temp dir; trusting it loads our settings
         env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
         env["TZ"] = "UTC"  # the date in its session context follows the time zone
-        return env
+        return self.system_prompt_env(env)
 
     def workdir_files(self, launch: LaunchOptions) -> tuple[tuple[str, bytes], ...]:
         settings = dict(WORKSPACE_SETTINGS)
@@ -95,7 +105,23 @@ class GeminiBackend(Backend):
         return (
             (".gemini/settings.json", json.dumps(settings).encode()),
             (".geminiignore", GEMINIIGNORE),
+            *self.system_prompt_files(),
         )
+
+    @property
+    def minimal_system_prompt(self) -> bool:
+        return getattr(self.options, "system_prompt", "minimal") == "minimal"
+
+    def system_prompt_env(self, env: Mapping[str, str]) -> dict[str, str]:
+        """``env`` with the system-prompt variables set: our file (``minimal``) or off."""
+        system_md = SYSTEM_MD if self.minimal_system_prompt else "false"
+        return {**env, "GEMINI_SYSTEM_MD": system_md, "GEMINI_WRITE_SYSTEM_MD": "false"}
+
+    def system_prompt_files(self) -> tuple[tuple[str, bytes], ...]:
+        """The work-dir file GEMINI_SYSTEM_MD names (``minimal`` only)."""
+        if not self.minimal_system_prompt:
+            return ()
+        return ((SYSTEM_MD, MINIMAL_SYSTEM_PROMPT.encode()),)
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         return self.warm_prefix + prompt.text.encode("utf-8")
