@@ -132,7 +132,7 @@ class Redactor:
         if len(host) >= 4 and host != "localhost":
             paths.setdefault(host, "$HOSTNAME")
         self.secrets = _literal_pattern(secrets, "")
-        self.paths = _literal_pattern(paths, r"(?![\w.-])")
+        self.paths = _literal_pattern(paths, r"(?![\w.-])", r"(?<![\w.~-])")
         user = _user_name(env)
         self.user: re.Pattern[str] | None = None
         if user and len(user) >= 3:
@@ -195,13 +195,13 @@ def _sub(pattern: re.Pattern[str], s: str) -> str:
 
 
 def _literal_pattern(
-    table: dict[str, str], tail: str
+    table: dict[str, str], tail: str = "", head: str = ""
 ) -> tuple[re.Pattern[str] | None, dict[str, str]]:
     """One alternation of literal strings, longest first (a path before its parent)."""
     if not table:
         return None, table
     alternation = "|".join(re.escape(k) for k in sorted(table, key=len, reverse=True))
-    return re.compile(f"(?:{alternation}){tail}"), table
+    return re.compile(f"{head}(?:{alternation}){tail}"), table
 
 
 def _user_name(env: Mapping[str, str]) -> str:
