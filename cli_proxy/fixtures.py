@@ -439,25 +439,46 @@ def first_difference(want: Any, have: Any, path: str = "") -> str | None:
 
 
 def request_diff(recorded: Mapping[str, Any], request: Mapping[str, Any]) -> str:
-    """A short unified diff of the two requests as indented JSON; long lines are cut, so a
-    multi-megabyte request costs little on the event loop."""
+    """A short unified diff of the two requests as indented JSON. A long changed line is
+    shown around its first differing character, so a change deep in a long message shows."""
 
     def lines(obj: Mapping[str, Any]) -> list[str]:
         text = json.dumps(obj, indent=1, sort_keys=True, ensure_ascii=False)
-        out = [
-            ln if len(ln) <= _DIFF_LINE_CHARS else ln[: _DIFF_LINE_CHARS - 1] + "…"
-            for ln in text.splitlines()
-        ]
-        return out[:_DIFF_MAX_INPUT_LINES]
+        return text.splitlines()[:_DIFF_MAX_INPUT_LINES]
 
     diff = list(
         difflib.unified_diff(
             lines(recorded), lines(request), "recorded", "this request", n=2, lineterm=""
         )
     )
-    if len(diff) > _DIFF_LINES:
-        diff = [*diff[:_DIFF_LINES], f"... ({len(diff) - _DIFF_LINES} more diff lines)"]
-    return "\n".join(diff)
+    removed = [ln[1:] for ln in diff if ln.startswith("-") and not ln.startswith("---")]
+    added = [ln[1:] for ln in diff if ln.startswith("+") and not ln.startswith("+++")]
+    start = min((_common_prefix(a, b) for a, b in zip(removed, added, strict=False)), default=0)
+    out = [_window(ln, start) for ln in diff]
+    if len(out) > _DIFF_LINES:
+        out = [*out[:_DIFF_LINES], f"... ({len(out) - _DIFF_LINES} more diff lines)"]
+    return "\n".join(out)
+
+
+def _common_prefix(a: str, b: str) -> int:
+    """Length of the common prefix, compared in blocks (fast on multi-megabyte lines)."""
+    n, step = 0, 4096
+    while a[n : n + step] == b[n : n + step] and n < min(len(a), len(b)):
+        n += step
+    while n < min(len(a), len(b)) and a[n] == b[n]:
+        n += 1
+    return n
+
+
+def _window(line: str, first_difference: int) -> str:
+    if len(line) <= _DIFF_LINE_CHARS:
+        return line
+    sign, body = line[:1], line[1:]
+    begin = max(0, min(first_difference - 60, len(body) - _DIFF_LINE_CHARS))
+    cut = body[begin : begin + _DIFF_LINE_CHARS]
+    return (
+        sign + ("…" if begin else "") + cut + ("…" if begin + _DIFF_LINE_CHARS < len(body) else "")
+    )
 
 
 # ---------------------------------------------------------------------- sources
