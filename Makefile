@@ -18,7 +18,7 @@ CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo late
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
-.PHONY: help venv run test test-real lint check bench fixtures real-clis sandbox prometheus balancer wheel clean
+.PHONY: help venv run test test-real lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer wheel clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
@@ -27,6 +27,7 @@ help:
 	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-results.json"
 	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
 	@echo "make wheel     build dist/cli_proxy-*.whl (fixtures included; pipx/uv tool install it)"
+	@echo "make example-fixtures  re-record examples/weather-agent's fixtures the same way"
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
@@ -111,6 +112,9 @@ test-real: $(STAMP) real-clis
 
 fixtures: $(STAMP) real-clis
 	$(PY) scripts/record_fixtures.py --cli-dir $(CLI_DIR)/node_modules/.bin --out fixtures
+
+example-fixtures: $(STAMP) real-clis
+	$(PY) scripts/record_example.py --cli-dir $(CLI_DIR)/node_modules/.bin --mode all
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache

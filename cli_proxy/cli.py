@@ -95,15 +95,27 @@ def shipped_fixtures() -> Path:
 
 def make_gateway(settings: Settings) -> tuple[Gateway, str]:
     """The gateway for these settings and a sentence saying what it serves."""
-    from .fixtures import Recorder, ReplaySource
+    from .fixtures import Recorder, RecordMode, Redactor, ReplaySource
 
     source: PlanSource
+    missing = missing_binaries(settings)
+    live = [b for b in settings.backends if b not in missing]
+    recording_replays = False
     if settings.replay_dir is not None:
-        source = ReplaySource.load(settings.replay_dir, settings)
+        if settings.record_dir is not None and live:
+            # replay what matches, send misses to the live CLI and record them
+            source = ReplaySource.load(
+                settings.replay_dir,
+                settings,
+                mode=RecordMode.NEW_EPISODES,
+                live=LiveBackends.from_settings(settings, live),
+                record_dir=settings.record_dir,
+            )
+            recording_replays = True
+        else:
+            source = ReplaySource.load(settings.replay_dir, settings)
         mode = f"replay mode: answering from {len(source.store)} fixtures in {settings.replay_dir}"
     else:
-        missing = missing_binaries(settings)
-        live = [b for b in settings.backends if b not in missing]
         if not live:
             fixtures = shipped_fixtures()
             source = ReplaySource.load(fixtures, settings)
@@ -119,10 +131,14 @@ def make_gateway(settings: Settings) -> tuple[Gateway, str]:
                 f" (not found: {', '.join(missing)})" if missing else ""
             )
     gateway = Gateway(settings, source)
-    if settings.record_dir is not None:
-        recorder = Recorder(settings.record_dir)
+    if recording_replays and isinstance(source, ReplaySource):
+        gateway.sink_for = source.sink_for
+        mode += f"; misses go to the live CLIs ({', '.join(live)}) and are recorded to "
+        mode += f"{settings.record_dir}"
+    elif settings.record_dir is not None:
+        recorder = Recorder(settings.record_dir, Redactor.from_settings(settings))
         gateway.sink_for = recorder.sink_for
-        mode += f"; recording every call to {settings.record_dir}"
+        mode += f"; recording every live call to {settings.record_dir}"
     return gateway, mode
 
 

@@ -8,6 +8,7 @@ model, for every registered backend.
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -132,6 +133,9 @@ class Settings(BaseSettings):
 
     record_dir: Path | None = None
     replay_dir: Path | None = None
+    record_redact: Annotated[list[str], NoDecode] = Field(default_factory=list)
+    """More regexes scrubbed from recordings besides the defaults (docs/fixtures.md); in
+    ``CLI_PROXY_RECORD_REDACT`` one a line. A pattern's groups are replaced, else the match."""
     replay_speed: float = Field(default=0.0, ge=0)
 
     log_level: str = "info"
@@ -169,6 +173,25 @@ class Settings(BaseSettings):
             raise ValueError(
                 f"unknown backend(s) {', '.join(unknown)}; known: {', '.join(backend_names())}"
             )
+        return value
+
+    @field_validator("record_redact", mode="before")
+    @classmethod
+    def _pattern_lines(cls, value: object) -> object:
+        if isinstance(value, str):
+            return [line.strip() for line in value.splitlines() if line.strip()]
+        return value
+
+    @field_validator("record_redact")
+    @classmethod
+    def _compiles(cls, value: list[str]) -> list[str]:
+        for pattern in value:
+            try:
+                re.compile(pattern)
+            except re.error as exc:
+                raise ValueError(
+                    f"record_redact pattern {pattern!r} is not a regex: {exc}"
+                ) from None
         return value
 
     def options_for(self, backend: str) -> BackendOptions:

@@ -1,15 +1,19 @@
 """``python -m cli_proxy.replayer FIXTURE [--speed S]``: act out a recorded CLI run.
 
 Prints the recorded stdout lines (at the recorded pace times S; 0 = at once),
-writes the recorded stderr, exits with the recorded code. Reads and ignores
-stdin, like the real CLI would consume the prompt.
+writes the recorded stderr, exits with the recorded code. Stdin is read and
+discarded by a thread of its own while the lines are printed: a duplex backend
+(JSON-RPC over stdin, which the gateway keeps writing to and never closes) replays
+like a one-shot one, and the gateway never blocks on a full pipe.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
 
@@ -26,7 +30,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"{args.fixture}: cannot replay fixture: {exc}", file=sys.stderr)
         return 3
-    sys.stdin.read()
+    threading.Thread(target=_drain, args=(sys.stdin.fileno(),), daemon=True).start()
     start = time.monotonic()
     out = sys.stdout
     for entry in data["stdout"]:
@@ -41,6 +45,15 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(stderr)
         sys.stderr.flush()
     return int(data["exit_code"])
+
+
+def _drain(fd: int) -> None:
+    """Consume stdin until EOF (or until the process exits: the thread is a daemon)."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        pass
 
 
 if __name__ == "__main__":

@@ -315,3 +315,54 @@ async def test_a_huge_unmatched_request_does_not_stall_the_gateway(serve: ServeF
         resp = await miss
         assert resp.status == 404 and (await resp.json())["error"]["code"] == "fixture_not_found"
         assert time.monotonic() - t0 < 5
+
+
+def test_the_replayer_never_waits_for_stdin_to_close(tmp_path: Path) -> None:
+    """A duplex backend (JSON-RPC on stdin) keeps stdin open and writes to it while the CLI
+    runs: the replayer prints its lines and exits with the recorded code all the same, and
+    drains what it is sent meanwhile (8 MB here, far more than a pipe holds)."""
+    data = {
+        "format": "cli-proxy-fixture",
+        "version": 1,
+        "backend": "gemini",
+        "request": {"model": "gemini-2.5-flash", "messages": []},
+        "stdout": [{"t": 0, "line": '{"jsonrpc":"2.0","id":1,"result":{}}'}, {"t": 3, "line": "x"}],
+        "stderr": "",
+        "exit_code": 7,
+    }
+    path = tmp_path / "duplex.json"
+    path.write_text(json.dumps(data))
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "cli_proxy.replayer", str(path), "--speed", "1"],
+        stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
+        cwd=ROOT,
+    )
+    assert proc.stdin is not None and proc.stdout is not None
+    proc.stdin.write(b'{"jsonrpc":"2.0","id":1,"method":"initialize"}\n' * 2)
+    proc.stdin.flush()
+    assert proc.stdout.readline() == b'{"jsonrpc":"2.0","id":1,"result":{}}\n'
+    proc.stdin.write(b"y" * (8 * 1024 * 1024))  # drained, or this blocks until it exits
+    proc.stdin.flush()
+    assert proc.poll() is None  # written while it still waits to print its last line
+    assert proc.wait(30) == 7  # stdin is still open
+    assert proc.stdout.read() == b"x\n"
+    proc.stdin.close()
+    proc.stdout.close()
+
+
+def test_a_replayed_run_is_never_recorded(tmp_path: Path) -> None:
+    """``--record`` beside a replay (explicit, or make run's no-CLI fallback) writes live runs
+    only: a replay written back would carry the replayer's argv and its instant timings."""
+    from cli_proxy.fixtures import Recorder
+
+    settings = fake_settings()
+    source = ReplaySource.load(ROOT / "fixtures", settings)
+    gw = Gateway(settings, source)
+    req = ChatCompletionRequest.model_validate(
+        {"model": "claude-sonnet-4-6", "messages": [{"role": "user", "content": "say hi"}]}
+    )
+    plan = gw.plan(req)
+    assert plan.launch.backend == "replay:claude"
+    assert Recorder(tmp_path).sink_for(plan) is None
+    assert source.sink_for(plan) is None
