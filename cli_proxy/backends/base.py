@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from ..events import Failure
 from ..events import StreamParser as StreamParser  # backends subclass it from here
 from ..failures import FailureKind
+from ..logins import Login
 from ..plan import PrivateHome
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
@@ -108,6 +109,11 @@ class Backend(ABC):
 
     def private_home(self, user_home: str) -> PrivateHome | None:
         """A throw-away HOME for the call (None: the real one, limited to ``home_paths``)."""
+        return None
+
+    def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
+        """The refreshing login a CLI started with ``env`` would use (``logins.py``), or None
+        when there is nothing to refresh (an API key, a long-lived token)."""
         return None
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:

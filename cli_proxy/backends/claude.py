@@ -9,6 +9,7 @@ from typing import Any, ClassVar
 
 from ..events import CliEvent, CliText, CliThinking, Failure, RateLimit, Truncated, UsageReport
 from ..failures import FailureKind
+from ..logins import Login, claude_login
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
 from .base import (
@@ -129,6 +130,9 @@ class ClaudeBackend(Backend):
         # kind; no auto memory (13 kB of system prompt naming HOME, and a memory dir per call).
         env.update(SEALED_ENV)
         return env
+
+    def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
+        return claude_login(user_home, env)
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         """One stream-json user message whose content blocks are the prompt's blocks (a block

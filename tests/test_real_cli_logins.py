@@ -1,0 +1,172 @@
+"""Subscription logins survive token refresh: the REAL CLIs with an expired login, behind
+the gateway, against a fake OAuth token endpoint on loopback (tests/fake_token_api.py:
+rotating single-use refresh tokens; a spent one answers 400 ``invalid_grant``).
+
+For each CLI and launcher, 6 concurrent calls whose login's access token has expired:
+every call answers, exactly one refresh request reaches the endpoint, no spent refresh
+token is ever sent again, the user's credential file ends with the live token, and a
+following call works. Again with the endpoint answering 3 s late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+
+import openai
+import pytest
+
+from cli_proxy.config import Settings
+from cli_proxy.gateway import Gateway, live_backends
+
+from .conftest import Served, ServeFactory, fake
+from .fake_model_api import FakeModelAPI, start_fake_model_api
+from .fake_token_api import FakeTokenAPI, codex_auth_json
+from .test_real_cli import real_cli_dir
+from .test_sealed_processes import LAUNCHERS
+
+_CODEX_DIR = real_cli_dir(("codex",))
+CODEX = (_CODEX_DIR / "codex") if _CODEX_DIR is not None else None
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(180)]
+
+needs_codex = pytest.mark.skipif(
+    CODEX is None,
+    reason="real codex binary not found ($CLI_PROXY_REAL_CLI_DIR or .cli/*/node_modules/.bin)",
+)
+
+CALLS = 6
+DELAYS = [0.0, 3.0]
+# Variables that would send a CLI elsewhere than the fakes or to another login.
+FOREIGN_ENV = (
+    "CODEX_HOME",
+    "CODEX_API_KEY",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "RUST_LOG",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CONFIG_DIR",
+)
+
+
+@dataclass
+class Run:
+    served: Served
+    api: FakeModelAPI
+    token: FakeTokenAPI
+    home: Path
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        return self.served.client
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def _concurrent(client: openai.AsyncOpenAI, model: str, n: int) -> list[str | Exception]:
+    async def one(i: int) -> str:
+        r = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": f"call {i}" + fake(answer=f"answer {i}")}],
+        )
+        return r.choices[0].message.content or ""
+
+    out = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+    return [o if isinstance(o, str | Exception) else Exception(repr(o)) for o in out]
+
+
+def _report(what: str, token: FakeTokenAPI, answers: list[str | Exception], live: bool) -> str:
+    ok = sum(1 for a in answers if isinstance(a, str))
+    errors = {repr(a)[:160] for a in answers if isinstance(a, Exception)}
+    return (
+        f"{what}: token requests {token.refreshes}, spent re-sent {token.spent_resent}, "
+        f"answered {ok}/{len(answers)}, file live {live}; errors {sorted(errors)}"
+    )
+
+
+# --------------------------------------------------------------------------------- codex
+
+
+@pytest.fixture
+async def codex_run(
+    launcher: str,
+    delay: float,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Run]:
+    assert CODEX is not None
+    api = await start_fake_model_api()
+    token = await FakeTokenAPI(live="rt-0", delay=delay).start()
+    api.accept_bearer = token.issued
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    now = datetime.now(UTC)
+    auth = codex_auth_json("rt-0", time.time() - 3600, _iso(now - timedelta(days=1)))
+    (home / ".codex" / "auth.json").write_text(json.dumps(auth, indent=2))
+    (home / ".codex" / "auth.json").chmod(0o600)
+    for name in FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", token.url + "/oauth/token")
+    config = Settings(
+        backends=["codex"],
+        codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
+        pass_env=["CODEX_REFRESH_TOKEN_URL_OVERRIDE"],
+        timeout_s=90,
+        idle_timeout_s=60,
+        kill_grace_s=1,
+        max_concurrency=CALLS,
+        launcher=launcher,
+        work_root=tmp_path / "root",
+        warm_pool=False,
+    )
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    try:
+        yield Run(served, api, token, home)
+    finally:
+        await gateway.close()
+        await token.close()
+        await api.close()
+
+
+def _codex_refresh_token(home: Path) -> str:
+    data = json.loads((home / ".codex" / "auth.json").read_text())
+    return str(data["tokens"]["refresh_token"])
+
+
+@needs_codex
+@pytest.mark.parametrize("delay", DELAYS, ids=["prompt", "late3s"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_codex_expired_login_refreshed_once(codex_run: Run) -> None:
+    run = codex_run
+    answers = await _concurrent(run.client, "gpt-5.5", CALLS)
+    live = _codex_refresh_token(run.home) == run.token.live
+    print(_report("codex", run.token, answers, live))
+    assert all(isinstance(a, str) for a in answers), answers
+    assert run.token.refreshes == 1
+    assert run.token.spent_resent == 0
+    assert live
+    after = await _concurrent(run.client, "gpt-5.5", 1)
+    assert isinstance(after[0], str), after
+    assert run.token.refreshes == 1
+    # the model API saw the fresh access token on every call
+    auths = {
+        v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
+    }
+    assert auths <= {f"Bearer {run.token.access}"}, auths
