@@ -258,6 +258,7 @@ class BwrapLauncher(Launcher):
             private = spec.home is not None
             argv += ["--tmpfs", home, *self._home_binds(home, binary, env, spec.backend, private)]
         argv += _ro_binds_below("/tmp", binary, env)  # a CLI installed below /tmp stays visible
+        argv += _ro_binds_named(env, hidden=("/tmp", home))
         for path in spec.read_paths:
             argv += ["--ro-bind", path, path]
         argv += ["--dir", SANDBOX_WORKDIR, *_files(SANDBOX_WORKDIR, spec.workdir_files, fds)]
@@ -286,6 +287,28 @@ class BwrapLauncher(Launcher):
 
     def describe(self) -> str:
         return f"{self.name} (PID namespace, private /tmp, HOME limited to each CLI's state)"
+
+
+CA_FILE_VARS: tuple[str, ...] = (
+    "NODE_EXTRA_CA_CERTS",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CODEX_CA_CERTIFICATE",
+)
+"""Variables naming CA certificates the CLI must read (a corporate proxy's CA, say)."""
+
+
+def _ro_binds_named(env: Mapping[str, str], hidden: tuple[str, ...]) -> list[str]:
+    """``--ro-bind`` for the CA files the environment names, where the sandbox hides them
+    (below /tmp or HOME): without them a CLI behind a TLS-inspecting proxy cannot connect."""
+    out: list[str] = []
+    roots = tuple(h.rstrip("/") + "/" for h in hidden if h and h != "/")
+    for var in CA_FILE_VARS:
+        path = env.get(var, "")
+        if path.startswith(roots) and os.path.exists(path):
+            out += ["--ro-bind", path, path]
+    return out
 
 
 def _login_binds(login: tuple[tuple[str, str], ...]) -> list[str]:

@@ -17,6 +17,7 @@ from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -25,6 +26,7 @@ from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 
 from .conftest import Served, ServeFactory, fake
+from .fake_connect_proxy import ConnectProxy
 from .fake_model_api import FakeModelAPI, start_fake_model_api
 from .fake_token_api import FakeTokenAPI, codex_auth_json
 from .test_real_cli import real_cli_dir
@@ -166,6 +168,109 @@ async def test_codex_expired_login_refreshed_once(codex_run: Run) -> None:
     assert isinstance(after[0], str), after
     assert run.token.refreshes == 1
     # the model API saw the fresh access token on every call
+    auths = {
+        v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
+    }
+    assert auths <= {f"Bearer {run.token.access}"}, auths
+
+
+# -------------------------------------------------------------------------------- claude
+
+_CLAUDE_DIR = real_cli_dir(("claude",))
+CLAUDE = (_CLAUDE_DIR / "claude") if _CLAUDE_DIR is not None else None
+needs_claude = pytest.mark.skipif(
+    CLAUDE is None,
+    reason="real claude binary not found ($CLI_PROXY_REAL_CLI_DIR or .cli/*/node_modules/.bin)",
+)
+# claude's token URL is fixed (platform.claude.com); it also looks up its profile at
+# api.anthropic.com. Both reach the fake token endpoint through the CONNECT proxy.
+CLAUDE_HOSTS = ["platform.claude.com", "api.anthropic.com", "console.anthropic.com", "claude.ai"]
+
+
+def claude_credentials(refresh_token: str, access_token: str, expires_at: float) -> dict[str, Any]:
+    return {
+        "claudeAiOauth": {
+            "accessToken": access_token,
+            "refreshToken": refresh_token,
+            "expiresAt": int(expires_at * 1000),
+            "scopes": ["user:inference", "user:profile"],
+            "subscriptionType": "max",
+        }
+    }
+
+
+@pytest.fixture
+async def claude_run(
+    launcher: str,
+    delay: float,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Run]:
+    assert CLAUDE is not None
+    api = await start_fake_model_api()
+    token = await FakeTokenAPI(live="rt-0", delay=delay).start()
+    api.accept_bearer = token.issued
+    port = int(token.url.rsplit(":", 1)[1])
+    proxy = await ConnectProxy(CLAUDE_HOSTS, port).start()
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    creds = home / ".claude" / ".credentials.json"
+    creds.write_text(json.dumps(claude_credentials("rt-0", "sk-ant-oat01-old", time.time() - 60)))
+    creds.chmod(0o600)
+    for name in FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": api.url,
+        "HTTPS_PROXY": proxy.url,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
+    }.items():
+        monkeypatch.setenv(name, value)
+    config = Settings(
+        backends=["claude"],
+        claude={"bin": str(CLAUDE)},
+        timeout_s=90,
+        idle_timeout_s=60,
+        kill_grace_s=1,
+        max_concurrency=CALLS,
+        launcher=launcher,
+        work_root=tmp_path / "root",
+        warm_pool=False,
+    )
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    try:
+        yield Run(served, api, token, home)
+    finally:
+        await gateway.close()
+        await proxy.close()
+        await token.close()
+        await api.close()
+
+
+def _claude_refresh_token(home: Path) -> str:
+    data = json.loads((home / ".claude" / ".credentials.json").read_text())
+    return str(data["claudeAiOauth"]["refreshToken"])
+
+
+@needs_claude
+@pytest.mark.parametrize("delay", DELAYS, ids=["prompt", "late3s"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_claude_expired_login_refreshed_once(claude_run: Run) -> None:
+    run = claude_run
+    answers = await _concurrent(run.client, "sonnet", CALLS)
+    live = _claude_refresh_token(run.home) == run.token.live
+    print(_report("claude", run.token, answers, live))
+    assert all(isinstance(a, str) for a in answers), answers
+    token_calls = [r for r in run.token.requests if r.path == "/v1/oauth/token"]
+    assert len(token_calls) == 1, run.token.requests
+    assert run.token.spent_resent == 0
+    assert live
+    after = await _concurrent(run.client, "sonnet", 1)
+    assert isinstance(after[0], str), after
+    assert len([r for r in run.token.requests if r.path == "/v1/oauth/token"]) == 1
     auths = {
         v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
     }
