@@ -116,6 +116,14 @@ class Login:
         return f"{self.kind} ({self.path}; access token {when})"
 
 
+RELOGIN = {
+    "codex": "codex login",  # `codex login --device-auth` on a host without a browser
+    "claude": "claude, then /login (for an unattended gateway: `claude setup-token` and "
+    "CLI_PROXY_CLAUDE__OAUTH_TOKEN)",
+    "gemini": "gemini, then choose Login with Google",
+}
+"""The command that logs each CLI in again, named in a ``login_expired`` error."""
+
 # ---------------------------------------------------------------- reading expiries
 
 
@@ -173,7 +181,7 @@ def codex_login(auth: Path, env: Mapping[str, str]) -> Login | None:
         "chatgpt",
         min(ends) if ends else None,
         file_key(auth),
-        "codex login",
+        RELOGIN["codex"],
     )
 
 
@@ -202,7 +210,7 @@ def claude_login(home: str, env: Mapping[str, str]) -> Login | None:
         "claude.ai oauth",
         ms / 1000 if ms is not None else None,
         file_key(path),
-        "claude /login (or `claude setup-token` and CLI_PROXY_CLAUDE__OAUTH_TOKEN)",
+        RELOGIN["claude"],
     )
 
 
@@ -226,7 +234,7 @@ def gemini_login(creds: Path, auth_type: str | None, env: Mapping[str, str]) -> 
         "google oauth",
         ms / 1000 if ms is not None else None,
         file_key(creds),
-        "gemini (then choose 'Login with Google')",
+        RELOGIN["gemini"],
     )
 
 

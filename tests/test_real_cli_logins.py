@@ -275,3 +275,37 @@ async def test_claude_expired_login_refreshed_once(claude_run: Run) -> None:
         v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
     }
     assert auths <= {f"Bearer {run.token.access}"}, auths
+
+
+# ---------------------------------------------------------------------- a login that is gone
+
+
+async def _gone(run: Run, model: str, relogin: str, attempts: int) -> None:
+    """The refresh token in the user's file was spent elsewhere: one typed error, after the
+    CLI's own attempts (codex 0.169.0 sends a refused refresh 4 times in one run)."""
+    run.token.live = "rt-issued-to-someone-else"
+    with pytest.raises(openai.APIStatusError) as caught:
+        await run.client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi" + fake(answer="never")}]
+        )
+    err = caught.value
+    assert err.status_code == 503
+    assert err.response.headers.get("x-should-retry") == "false"
+    body = err.body
+    assert isinstance(body, dict) and body.get("code") == "login_expired", body
+    assert relogin in str(body.get("message")), body
+    assert run.token.refreshes == attempts
+
+
+@needs_codex
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", ["pdeathsig"])
+async def test_codex_login_gone_is_login_expired(codex_run: Run) -> None:
+    await _gone(codex_run, "gpt-5.5", "codex login", 4)
+
+
+@needs_claude
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", ["pdeathsig"])
+async def test_claude_login_gone_is_login_expired(claude_run: Run) -> None:
+    await _gone(claude_run, "sonnet", "/login", 1)

@@ -9,7 +9,7 @@ from typing import Any, ClassVar
 
 from ..events import CliEvent, CliText, CliThinking, Failure, RateLimit, Truncated, UsageReport
 from ..failures import FailureKind
-from ..logins import Login, claude_login
+from ..logins import RELOGIN, Login, claude_login
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
 from .base import (
@@ -319,7 +319,7 @@ class ClaudeParser(StreamParser):
                 # the CLI already re-asked the model to continue; keep what it wrote
                 events.append(Truncated(message))
                 return events
-            failure = classify_failure(message)
+            failure = classify_failure(message, RELOGIN["claude"])
             status = obj.get("api_error_status")
             if isinstance(status, int) and 400 <= status < 600:
                 kind = kind_for_status(status, failure.kind)
@@ -343,7 +343,7 @@ class ClaudeParser(StreamParser):
         if self._failed:
             return []
         if exit_code != 0:
-            return [exit_failure(exit_code, stderr, "claude")]
+            return [exit_failure(exit_code, stderr, "claude", RELOGIN["claude"])]
         if not self._text_seen:
             return [empty_answer("claude")]
         return []

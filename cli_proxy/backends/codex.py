@@ -25,7 +25,7 @@ from typing import Any, ClassVar
 
 from ..events import CliEvent, CliText, Failure, Truncated, UsageReport
 from ..failures import FailureKind
-from ..logins import Login, codex_login, read_json
+from ..logins import RELOGIN, Login, codex_login, read_json
 from ..plan import PrivateHome
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
@@ -495,7 +495,7 @@ class CodexParser(StreamParser):
             self._failed = True
             if self._last_error:
                 return [codex_failure(self._last_error)]
-            failure = exit_failure(exit_code, stderr, "codex")
+            failure = exit_failure(exit_code, stderr, "codex", RELOGIN["codex"])
             return [codex_failure(failure.message)]
         if not self._text_seen and not self._truncated:
             return [empty_answer("codex")]
@@ -505,7 +505,7 @@ class CodexParser(StreamParser):
 def codex_failure(message: str) -> Failure:
     """``classify_failure`` plus codex's own wording: its 5xx message is a generic "high
     demand" text (the upstream body is dropped), an overload, not a CLI error."""
-    failure = classify_failure(message)
+    failure = classify_failure(message, RELOGIN["codex"])
     if failure.kind is FailureKind.CLI_ERROR and _OVERLOADED.search(message):
         return Failure(FailureKind.OVERLOADED, failure.message)
     return failure

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..events import CliEvent, CliText, Truncated, UsageReport
-from ..logins import Login, gemini_login, read_json
+from ..logins import RELOGIN, Login, gemini_login, read_json
 from ..plan import PrivateHome
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
@@ -179,13 +179,13 @@ class GeminiParser(StreamParser):
         if self._failed:
             return []
         self._failed = True
-        return [classify_failure(message)]
+        return [classify_failure(message, RELOGIN["gemini"])]
 
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
         if self._failed:
             return []
         if exit_code != 0:
-            return [exit_failure(exit_code, stderr, "gemini")]
+            return [exit_failure(exit_code, stderr, "gemini", RELOGIN["gemini"])]
         if not self._text_seen and not self._truncated:
             return [empty_answer("gemini")]
         return []
