@@ -309,3 +309,33 @@ async def test_codex_login_gone_is_login_expired(codex_run: Run) -> None:
 @pytest.mark.parametrize("launcher", ["pdeathsig"])
 async def test_claude_login_gone_is_login_expired(claude_run: Run) -> None:
     await _gone(claude_run, "sonnet", "/login", 1)
+
+
+@needs_claude
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_claude_setup_token_is_used_and_never_refreshed(
+    claude_run: Run, serve: ServeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CLI_PROXY_CLAUDE__OAUTH_TOKEN``: the long-lived token goes upstream as the bearer;
+    the expired file login is neither refreshed nor touched."""
+    run = claude_run
+    long_lived = "sk-ant-oat01-long-lived-test"
+    run.api.accept_bearer = lambda token: token == long_lived
+    before = (run.home / ".claude" / ".credentials.json").read_bytes()
+    monkeypatch.setenv("CLI_PROXY_CLAUDE__OAUTH_TOKEN", long_lived)
+    config = Settings(
+        backends=["claude"],
+        claude={"bin": str(CLAUDE)},
+        launcher=run.served.gateway.settings.launcher,
+        work_root=run.served.gateway.settings.work_root,
+        warm_pool=False,
+    )
+    assert config.options_for("claude").oauth_token is not None  # type: ignore[attr-defined]
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    answers = await _concurrent(served.client, "sonnet", 3)
+    assert all(isinstance(a, str) for a in answers), answers
+    assert run.token.refreshes == 0
+    assert (run.home / ".claude" / ".credentials.json").read_bytes() == before
+    await gateway.close()

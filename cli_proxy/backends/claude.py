@@ -7,6 +7,8 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from pydantic import SecretStr
+
 from ..events import CliEvent, CliText, CliThinking, Failure, RateLimit, Truncated, UsageReport
 from ..failures import FailureKind
 from ..logins import RELOGIN, Login, claude_login
@@ -45,6 +47,11 @@ SEALED_ENV = {
 
 class ClaudeOptions(BackendOptions):
     bin: str = "claude"
+    oauth_token: SecretStr | None = None
+    """A long-lived claude.ai inference token (``claude setup-token``;
+    ``CLI_PROXY_CLAUDE__OAUTH_TOKEN``), handed to the CLI as ``CLAUDE_CODE_OAUTH_TOKEN``.
+    It is never refreshed and no credential file is read or written: the login for a
+    gateway that runs unattended (docs/configuration.md)."""
 
 
 class ClaudeBackend(Backend):
@@ -129,6 +136,9 @@ class ClaudeBackend(Backend):
         # last input block, where stream-json input still expands them; no CLAUDE.md of any
         # kind; no auto memory (13 kB of system prompt naming HOME, and a memory dir per call).
         env.update(SEALED_ENV)
+        token = self.options.oauth_token if isinstance(self.options, ClaudeOptions) else None
+        if token is not None:
+            env["CLAUDE_CODE_OAUTH_TOKEN"] = token.get_secret_value()
         return env
 
     def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
