@@ -11,7 +11,8 @@ Paths (whatever the host a proxy or an override sends here):
 * ``POST /oauth/token`` (codex, ``CODEX_REFRESH_TOKEN_URL_OVERRIDE``; JSON body),
 * ``POST /v1/oauth/token`` (claude, through a CONNECT proxy; JSON body),
 * ``POST /token`` (Google, gemini; form body; Google refresh tokens do not rotate:
-  ``rotate=False`` answers no new refresh token).
+  ``rotate=False`` answers no new refresh token), and ``/tokeninfo`` (an access token's
+  validity: not a refresh, counted in ``infos``).
 
 ``delay`` makes each answer late (the slow-endpoint case).
 """
@@ -87,6 +88,7 @@ class FakeTokenAPI:
     spent: set[str] = field(default_factory=set)
     access: str = ""  # the last access token issued
     accesses: set[str] = field(default_factory=set)
+    infos: int = 0  # Google tokeninfo lookups (not refreshes)
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -104,6 +106,8 @@ class FakeTokenAPI:
 
     async def _handle(self, request: web.Request) -> web.Response:
         raw = await request.read()
+        if request.method == "GET" and request.path != "/tokeninfo":
+            return web.json_response({})  # a profile lookup, say
         if request.content_type == "application/x-www-form-urlencoded":
             form = await request.post()
             body: dict[str, Any] = {k: str(v) for k, v in form.items()}
@@ -112,6 +116,14 @@ class FakeTokenAPI:
                 body = json.loads(raw or b"{}")
             except ValueError:
                 body = {}
+        if request.path == "/tokeninfo":  # Google: is this access token valid?
+            self.infos += 1
+            bearer = request.headers.get("Authorization", "")[len("Bearer ") :]
+            access = str(body.get("access_token") or request.query.get("access_token") or bearer)
+            if access not in self.accesses:
+                return web.json_response({"error": "invalid_token"}, status=400)
+            scope = "https://www.googleapis.com/auth/cloud-platform"
+            return web.json_response({"expires_in": self.lifetime_s, "scope": scope})
         token = str(body.get("refresh_token") or "")
         if self.delay:
             await asyncio.sleep(self.delay)
@@ -157,7 +169,7 @@ class FakeTokenAPI:
 
     async def start(self) -> FakeTokenAPI:
         app = web.Application()
-        app.router.add_post("/{tail:.*}", self._handle)
+        app.router.add_route("*", "/{tail:.*}", self._handle)
         self._runner = web.AppRunner(app, access_log=None)
         await self._runner.setup()
         site = web.TCPSite(self._runner, "127.0.0.1", 0)

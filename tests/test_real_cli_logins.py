@@ -26,6 +26,7 @@ from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 
 from .conftest import Served, ServeFactory, fake
+from .fake_code_assist import FakeCodeAssist
 from .fake_connect_proxy import ConnectProxy
 from .fake_model_api import FakeModelAPI, start_fake_model_api
 from .fake_token_api import FakeTokenAPI, codex_auth_json
@@ -339,3 +340,99 @@ async def test_claude_setup_token_is_used_and_never_refreshed(
     assert run.token.refreshes == 0
     assert (run.home / ".claude" / ".credentials.json").read_bytes() == before
     await gateway.close()
+
+
+# -------------------------------------------------------------------------------- gemini
+
+_GEMINI_DIR = real_cli_dir(("gemini",))
+GEMINI = (_GEMINI_DIR / "gemini") if _GEMINI_DIR is not None else None
+needs_gemini = pytest.mark.skipif(
+    GEMINI is None,
+    reason="real gemini binary not found ($CLI_PROXY_REAL_CLI_DIR or .cli/*/node_modules/.bin)",
+)
+GOOGLE_HOSTS = ["oauth2.googleapis.com", "www.googleapis.com"]
+
+
+@pytest.fixture
+async def gemini_run(
+    launcher: str,
+    delay: float,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Run]:
+    assert GEMINI is not None
+    api = await start_fake_model_api()
+    # Google refresh tokens do not rotate: the same one is sent every time
+    token = await FakeTokenAPI(live="1//rt-0", delay=delay, rotate=False).start()
+    assist = await FakeCodeAssist(api.url, token.issued).start()
+    port = int(token.url.rsplit(":", 1)[1])
+    proxy = await ConnectProxy(GOOGLE_HOSTS, port).start()
+    home = tmp_path / "home"
+    gemini = home / ".gemini"
+    gemini.mkdir(parents=True)
+    (gemini / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "oauth-personal"}}})
+    )
+    creds = {
+        "access_token": "ya29.expired",
+        "refresh_token": "1//rt-0",
+        "scope": "https://www.googleapis.com/auth/cloud-platform",
+        "token_type": "Bearer",
+        "expiry_date": int((time.time() - 60) * 1000),
+    }
+    (gemini / "oauth_creds.json").write_text(json.dumps(creds, indent=2))
+    (gemini / "oauth_creds.json").chmod(0o600)
+    (gemini / "google_accounts.json").write_text(json.dumps({"active": "user@example.com"}))
+    for name in (*FOREIGN_ENV, "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {
+        "HOME": str(home),
+        "CODE_ASSIST_ENDPOINT": assist.url,
+        "HTTPS_PROXY": proxy.url,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
+    }.items():
+        monkeypatch.setenv(name, value)
+    config = Settings(
+        backends=["gemini"],
+        gemini={"bin": str(GEMINI)},
+        pass_env=["CODE_ASSIST_ENDPOINT"],
+        timeout_s=400,  # six gemini start-ups on a busy machine took ~100 s each
+        idle_timeout_s=300,
+        kill_grace_s=1,
+        max_concurrency=CALLS,
+        launcher=launcher,
+        work_root=tmp_path / "root",
+        warm_pool=False,
+    )
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    run = Run(served, api, token, home)
+    run.assist = assist  # type: ignore[attr-defined]
+    try:
+        yield run
+    finally:
+        await gateway.close()
+        await proxy.close()
+        await assist.close()
+        await token.close()
+        await api.close()
+
+
+@needs_gemini
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("delay", DELAYS, ids=["prompt", "late3s"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_gemini_expired_login_refreshed_once(gemini_run: Run) -> None:
+    run = gemini_run
+    answers = await _concurrent(run.client, "gemini-2.5-flash", CALLS)
+    creds = json.loads((run.home / ".gemini" / "oauth_creds.json").read_text())
+    live = creds.get("refresh_token") == run.token.live
+    print(_report("gemini", run.token, answers, live))
+    assert all(isinstance(a, str) for a in answers), answers
+    assert run.token.refreshes == 1
+    assert live and creds["access_token"] == run.token.access  # whole, with the new token
+    after = await _concurrent(run.client, "gemini-2.5-flash", 1)
+    assert isinstance(after[0], str), after
+    assert run.token.refreshes == 1
