@@ -18,6 +18,7 @@ import pytest
 from cli_proxy.backends.base import classify_failure, exit_failure
 from cli_proxy.backends.claude import ClaudeParser
 from cli_proxy.backends.codex import CodexParser
+from cli_proxy.backends.gemini import GeminiParser
 from cli_proxy.containment import BwrapLauncher, PdeathsigLauncher
 from cli_proxy.errors import api_error
 from cli_proxy.events import Failure
@@ -302,6 +303,7 @@ def _replay(parser: Any, name: str) -> list[Any]:
     [
         (CodexParser, "codex-0.169.0-refresh-invalid-grant", "codex login"),
         (ClaudeParser, "claude-2.1.197-refresh-invalid-grant", "/login"),
+        (GeminiParser, "gemini-0.61.0-refresh-invalid-grant", "Login with Google"),
     ],
 )
 def test_a_login_that_is_gone_is_login_expired(

@@ -436,3 +436,12 @@ async def test_gemini_expired_login_refreshed_once(gemini_run: Run) -> None:
     after = await _concurrent(run.client, "gemini-2.5-flash", 1)
     assert isinstance(after[0], str), after
     assert run.token.refreshes == 1
+
+
+@needs_gemini
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", ["pdeathsig"])
+async def test_gemini_login_gone_is_login_expired(gemini_run: Run) -> None:
+    await _gone(gemini_run, "gemini-2.5-flash", "Login with Google", 1)
+    creds = json.loads((gemini_run.home / ".gemini" / "oauth_creds.json").read_text())
+    assert creds["refresh_token"] == "1//rt-0"  # left alone
