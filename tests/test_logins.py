@@ -352,3 +352,20 @@ def test_jwt_helper_round_trips() -> None:
 
     assert jwt_claims(jwt({"exp": 5})) == {"exp": 5}
     assert jwt_claims("not.a.jwt!") is None
+
+
+def test_claude_401_for_an_expired_oauth_token_is_login_expired() -> None:
+    """claude sends its expired token when the refresh could not run: the API's 401 names
+    the OAuth token, and that is the login, not a key."""
+    line = {
+        "type": "result",
+        "subtype": "success",
+        "is_error": True,
+        "api_error_status": 401,
+        "result": "Failed to authenticate. API Error: 401 OAuth token has expired. Please "
+        "obtain a new token or refresh your existing token.",
+    }
+    parser = ClaudeParser()
+    failures = [e for e in parser.feed(json.dumps(line).encode()) if isinstance(e, Failure)]
+    assert [f.kind for f in failures] == [FailureKind.LOGIN_EXPIRED]
+    assert "/login" in failures[0].message

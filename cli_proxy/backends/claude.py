@@ -333,7 +333,7 @@ class ClaudeParser(StreamParser):
             status = obj.get("api_error_status")
             if isinstance(status, int) and 400 <= status < 600:
                 kind = kind_for_status(status, failure.kind)
-                failure = Failure(kind, message, failure.retry_after_s)
+                failure = Failure(kind, failure.message, failure.retry_after_s)
             rate = self._rate
             if (
                 failure.kind is FailureKind.RATE_LIMITED
