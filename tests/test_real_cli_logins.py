@@ -81,6 +81,8 @@ def _iso(t: datetime) -> str:
 
 
 async def _concurrent(client: openai.AsyncOpenAI, model: str, n: int) -> list[str | Exception]:
+    client = client.with_options(timeout=600)  # six gemini start-ups on a busy machine are slow
+
     async def one(i: int) -> str:
         r = await client.chat.completions.create(
             model=model,
