@@ -228,7 +228,10 @@ async def test_without_the_gate_each_call_refreshes(
     """The stand-in races like the real CLIs do: the gate is what makes it one refresh."""
     home = tmp_path / "home"
     bin_ = refreshing_claude(home, monkeypatch, -60)
-    served = await serve(claude_bin=bin_, launcher="pdeathsig", work_root=tmp_path / "w")
+    monkeypatch.setenv("REFRESH_DELAY_S", "3")  # a slow endpoint: the runs overlap
+    served = await serve(
+        claude_bin=bin_, launcher="pdeathsig", work_root=tmp_path / "w", pass_env="REFRESH_DELAY_S"
+    )
     served.gateway.logins.login_of = lambda _spec: None
     await asyncio.gather(
         *(
@@ -238,7 +241,8 @@ async def test_without_the_gate_each_call_refreshes(
             for _ in range(4)
         )
     )
-    assert len((home / ".claude" / "refreshes.log").read_text().split()) == 4
+    # at least two spent the same token (all four on an idle machine; order-only check)
+    assert len((home / ".claude" / "refreshes.log").read_text().split()) >= 2
 
 
 # ------------------------------------------------------------------ binds and links
