@@ -33,6 +33,7 @@ from .events import (
 )
 from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
+from .logins import LoginGate, login_free
 from .plan import Plan, ResponseIds, new_call_id
 from .pool import WarmPool
 from .process import FAILED_GRACE_S, LINGER_GRACE_S, CliRun, RunStats, started
@@ -140,12 +141,14 @@ class Call:
         launcher: Launcher,
         sink: LineSink | None = None,
         pool: WarmPool | None = None,
+        logins: LoginGate | None = None,
     ) -> None:
         self.plan = plan
         self.supervisor = supervisor
         self.launcher = launcher
         self.sink = sink
         self.pool = pool
+        self.logins = logins
         self.outcome = Outcome()
 
     @property
@@ -164,9 +167,12 @@ class Call:
         run: CliRun | None = None
         launch, stdin = self.plan.launch, self.plan.call.stdin
         begun = time.monotonic()
+        gate = self.logins.turn(launch) if self.logins is not None else login_free()
         try:
-            async with self.supervisor.admit() as slot:
-                spare = self.pool.take(launch) if self.pool is not None else None
+            # the login gate first: a call waiting for its login's refresh holds no slot
+            async with gate as turn, self.supervisor.admit() as slot:
+                pool = self.pool
+                spare = pool.take(launch, turn.born_after) if pool is not None else None
                 limits = self.supervisor.limits
                 async with started(launch, self.launcher, limits, slot.deadline, spare) as run:
                     self.outcome.stats = run.stats

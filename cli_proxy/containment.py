@@ -189,7 +189,7 @@ class PdeathsigLauncher(Launcher):
             for rel, real in spec.home.login:
                 target = home / rel
                 target.parent.mkdir(parents=True, exist_ok=True)
-                target.symlink_to(real)
+                target.symlink_to(os.path.realpath(real))  # see _login_binds
             env.update(dict.fromkeys(spec.home.env, str(home)))
             dirs = (workdir, home)
         argv = [binary, *spec.argv[1:]]
@@ -258,13 +258,15 @@ class BwrapLauncher(Launcher):
             private = spec.home is not None
             argv += ["--tmpfs", home, *self._home_binds(home, binary, env, spec.backend, private)]
         argv += _ro_binds_below("/tmp", binary, env)  # a CLI installed below /tmp stays visible
+        argv += _ro_binds_named(env, hidden=("/tmp", home))
         for path in spec.read_paths:
             argv += ["--ro-bind", path, path]
         argv += ["--dir", SANDBOX_WORKDIR, *_files(SANDBOX_WORKDIR, spec.workdir_files, fds)]
         if spec.home is not None:
             argv += ["--dir", SANDBOX_HOME, *_files(SANDBOX_HOME, spec.home.files, fds)]
+            argv += _login_binds(spec.home.login)
             for rel, real in spec.home.login:
-                argv += ["--bind", real, f"{SANDBOX_HOME}/{rel}"]
+                argv += ["--symlink", os.path.realpath(real), f"{SANDBOX_HOME}/{rel}"]
             env.update(dict.fromkeys(spec.home.env, SANDBOX_HOME))
         argv += ["--chdir", SANDBOX_WORKDIR, "--", binary, *spec.argv[1:]]
         return Prepared(argv, "/", {**env, "TMPDIR": SANDBOX_WORKDIR}, pass_fds=tuple(fds))
@@ -285,6 +287,61 @@ class BwrapLauncher(Launcher):
 
     def describe(self) -> str:
         return f"{self.name} (PID namespace, private /tmp, HOME limited to each CLI's state)"
+
+
+CA_FILE_VARS: tuple[str, ...] = (
+    "NODE_EXTRA_CA_CERTS",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+    "REQUESTS_CA_BUNDLE",
+    "CODEX_CA_CERTIFICATE",
+)
+"""Variables naming CA certificates the CLI must read (a corporate proxy's CA, say)."""
+
+
+def _ro_binds_named(env: Mapping[str, str], hidden: tuple[str, ...]) -> list[str]:
+    """``--ro-bind`` for the CA files the environment names, where the sandbox hides them
+    (below /tmp or HOME): without them a CLI behind a TLS-inspecting proxy cannot connect."""
+    out: list[str] = []
+    roots = tuple(h.rstrip("/") + "/" for h in hidden if h and h != "/")
+    for var in CA_FILE_VARS:
+        path = env.get(var, "")
+        if path.startswith(roots) and os.path.exists(path):
+            out += ["--ro-bind", path, path]
+    return out
+
+
+def _login_binds(login: tuple[tuple[str, str], ...]) -> list[str]:
+    """The directory of each login file, bound read-write at its own path, with its other
+    entries masked (directories by an empty tmpfs, files by /dev/null).
+
+    Never the file alone: codex and claude write a refreshed login to a temp file beside it
+    and rename that over it, and a rename onto a bind-mounted file fails (EBUSY), so the
+    fresh tokens were lost while the provider had already spent the old refresh token. The
+    private home links the file (``--symlink``); the CLI resolves the link and its temp file
+    and rename land in the user's real directory. ``<name>.lock`` beside it stays visible:
+    codex locks it while writing. Entries created after the call started are not masked.
+    """
+    dirs: dict[str, set[str]] = {}
+    for _rel, real in login:
+        path = os.path.realpath(real)
+        dirs.setdefault(os.path.dirname(path), set()).add(os.path.basename(path))
+    out: list[str] = []
+    for folder, names in sorted(dirs.items()):
+        out += ["--bind", folder, folder]
+        keep = names | {f"{n}.lock" for n in names}
+        try:
+            with os.scandir(folder) as entries:
+                for entry in sorted(entries, key=lambda e: e.name):
+                    if entry.name in keep:
+                        continue
+                    if entry.is_dir(follow_symlinks=False):
+                        out += ["--tmpfs", entry.path]
+                    elif entry.is_file(follow_symlinks=False):
+                        out += ["--ro-bind", "/dev/null", entry.path]
+        except OSError:
+            pass
+    return out
 
 
 def _ro_binds_below(

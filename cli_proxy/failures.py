@@ -13,7 +13,8 @@ from enum import StrEnum
 class FailureKind(StrEnum):
     """Why a CLI call failed, as the CLI reported it or as the gateway saw it."""
 
-    AUTH = "auth"  # the CLI's login or key was refused
+    AUTH = "auth"  # the CLI's key was refused
+    LOGIN_EXPIRED = "login_expired"  # the CLI's subscription login is gone (refresh failed)
     RATE_LIMITED = "rate_limited"  # upstream 429 / quota
     OVERLOADED = "overloaded"  # upstream 503 / 529
     CONTEXT_LENGTH = "context_length"  # the prompt is too long for the model

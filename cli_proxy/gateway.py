@@ -22,6 +22,7 @@ from .config import Settings
 from .containment import Launcher, make_launcher
 from .errors import APIError
 from .images import FetchPolicy, ImageError, ImageLimits, PromptImage, extract, fetch_all
+from .logins import Login, LoginGate
 from .metrics import Gauges, Metrics
 from .plan import CallInput, LaunchSpec, Plan, ResponseIds
 from .pool import PoolSettings, WarmPool
@@ -95,13 +96,22 @@ class LiveBackends:
             backend.argv(launch),
             backend.env(os.environ),
             backend.workdir_files(launch),
-            backend.private_home(os.environ.get("HOME") or os.path.expanduser("~")),
+            backend.private_home(user_home()),
             warm_prefix=backend.warm_prefix,
             merge_stderr=backend.merge_stderr,
             duplex=backend.duplex,
         )
         stdin = backend.encode_prompt(prompt, req)
         return Target(spec, stdin, functools.partial(backend.new_parser, prompt, req))
+
+    def login(self, spec: LaunchSpec) -> Login | None:
+        """The refreshing login the process of ``spec`` will use (the login gate's input)."""
+        backend = self.backends.get(spec.backend)
+        return backend.login(user_home(), spec.environ) if backend is not None else None
+
+
+def user_home() -> str:
+    return os.environ.get("HOME") or os.path.expanduser("~")
 
 
 def live_backends(settings: Settings) -> LiveBackends:
@@ -116,6 +126,7 @@ class Gateway:
     supervisor: Supervisor = field(init=False)
     launcher: Launcher = field(init=False)
     pool: WarmPool | None = field(init=False)
+    logins: LoginGate = field(init=False)
     prompt_options: PromptOptions = field(init=False)
     image_limits: ImageLimits = field(init=False)
     fetch_policy: FetchPolicy = field(init=False)
@@ -128,6 +139,10 @@ class Gateway:
             max_concurrency=s.max_concurrency,
             max_queue=s.max_queue,
             limits=Limits(s.timeout_s, s.idle_timeout_s, s.kill_grace_s, s.max_answer_bytes),
+        )
+        live = self.source if isinstance(self.source, LiveBackends) else None
+        self.logins = LoginGate(
+            live.login if live else lambda _: None, self.supervisor, s.timeout_s
         )
         home_paths = {n: backend_class(n).home_paths for n in names()}
         self.launcher = make_launcher(s.launcher, home_paths, s.work_root)
@@ -220,7 +235,7 @@ class Gateway:
 
     def call(self, plan: Plan) -> Call:
         sink = self.sink_for(plan) if self.sink_for is not None else None
-        return Call(plan, self.supervisor, self.launcher, sink, self.pool)
+        return Call(plan, self.supervisor, self.launcher, sink, self.pool, self.logins)
 
     def _check(self, req: ChatCompletionRequest) -> Route:
         """Semantic checks pydantic cannot express; returns the route."""

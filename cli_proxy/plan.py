@@ -29,7 +29,9 @@ def new_completion_id() -> str:
 @dataclass(frozen=True, slots=True)
 class PrivateHome:
     """A throw-away HOME for one call: the gateway's own files plus the user's login files,
-    linked in place (never copied, so a refreshed token lands in the real file)."""
+    linked in place (never copied, never bind-mounted alone: the CLIs write a refreshed
+    login by temp file and rename, which must land in the user's real directory;
+    ``containment._login_binds``)."""
 
     env: tuple[str, ...]  # variables pointed at it (HOME, GEMINI_CLI_HOME, ...)
     files: tuple[tuple[str, bytes], ...]  # (path relative to it, content)

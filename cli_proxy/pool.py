@@ -101,12 +101,15 @@ class WarmPool:
 
     # ------------------------------------------------------------------ calls
 
-    def take(self, spec: LaunchSpec) -> Spare | None:
-        """A ready spare for ``spec`` (removed from the pool), or None: start cold."""
+    def take(self, spec: LaunchSpec, born_after: float = 0.0) -> Spare | None:
+        """A ready spare for ``spec`` (removed from the pool), or None: start cold. A spare
+        born before ``born_after`` (its login changed since: it may hold old tokens) is
+        discarded."""
         spares = self._spares.get(spec, [])
         while spares:
             spare = spares.pop(0)
-            if spare.usable() and time.monotonic() - spare.born < self.settings.max_age_s:
+            age = time.monotonic() - spare.born
+            if spare.usable() and age < self.settings.max_age_s and spare.born >= born_after:
                 self.served_warm += 1
                 return spare
             self._discard(spare, "unusable")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from dataclasses import dataclass, field
 
 from .failures import ShuttingDown, SlotsBusy
@@ -97,6 +97,20 @@ class Supervisor:
             if slot.run is not None:
                 self._running.discard(slot.run)
             sem.release()
+
+    @contextlib.contextmanager
+    def queued(self) -> Iterator[None]:
+        """A call that waits before ``admit`` (for its login's refresh: ``logins.py``) counts
+        as queued: the queue bound, ``/health`` and the drain on stop see it."""
+        if self._closing or self.draining:
+            raise ShuttingDown()
+        if self._waiting >= self.max_queue:
+            raise self._busy("the wait queue is full")
+        self._waiting += 1
+        try:
+            yield
+        finally:
+            self._waiting -= 1
 
     def _busy(self, message: str) -> SlotsBusy:
         return SlotsBusy(

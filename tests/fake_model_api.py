@@ -76,6 +76,7 @@ import hashlib
 import html
 import json
 import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -407,6 +408,9 @@ class FakeModelAPI:
     log_unknown: bool = True
     cache: PromptCache | None = None  # simulate Anthropic prompt caching (bench)
     cache_uses: list[CacheUse] = field(default_factory=list)
+    accept_bearer: Callable[[str], bool] | None = None
+    """When set, a model call whose ``Authorization: Bearer`` token it refuses answers 401
+    (an expired or unknown OAuth access token): the login-refresh tests."""
     _runner: web.AppRunner | None = None
 
     async def close(self) -> None:
@@ -843,8 +847,26 @@ class FakeModelAPI:
             )
         return web.json_response({})
 
+    @web.middleware
+    async def _bearer(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        if self.accept_bearer is not None and request.method == "POST":
+            auth = request.headers.get("Authorization", "")
+            token = auth[7:] if auth.lower().startswith("bearer ") else ""
+            if not self.accept_bearer(token):
+                await self._record(request)
+                message = "Your authentication token has expired. Please try signing in again."
+                if request.path.startswith("/v1/messages"):  # Anthropic's shape
+                    body: dict[str, Any] = {"type": "error"}
+                    body["error"] = {"type": "authentication_error", "message": message}
+                else:
+                    body = {"error": {"message": message, "type": "invalid_request_error"}}
+                    body["error"] |= {"code": "token_expired", "param": None}
+                return web.json_response(body, status=401)
+        response: web.StreamResponse = await handler(request)
+        return response
+
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024)
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._bearer])
         app.router.add_post("/v1/messages", self.anthropic_messages)
         app.router.add_post("/v1/messages/count_tokens", self.anthropic_count_tokens)
         app.router.add_post(r"/v1beta/models/{model_method:[^/]+}", self.gemini_model_call)

@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from ..events import Failure
 from ..events import StreamParser as StreamParser  # backends subclass it from here
 from ..failures import FailureKind
+from ..logins import Login
 from ..plan import PrivateHome
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
@@ -108,6 +109,11 @@ class Backend(ABC):
 
     def private_home(self, user_home: str) -> PrivateHome | None:
         """A throw-away HOME for the call (None: the real one, limited to ``home_paths``)."""
+        return None
+
+    def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
+        """The refreshing login a CLI started with ``env`` would use (``logins.py``), or None
+        when there is nothing to refresh (an API key, a long-lived token)."""
         return None
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
@@ -218,6 +224,15 @@ def load_json_line(line: bytes) -> dict[str, Any] | None:
 _RATE = re.compile(
     r"\b429\b|rate.?limit|quota|resource.?exhausted|usage limit|too many requests", re.I
 )
+_LOGIN_GONE = re.compile(
+    r"could not be refreshed|sign in again|not logged in|oauth token (?:has )?(?:expired|"
+    r"(?:was |has been )?revoked)|invalid_grant|refresh token (?:was |has )?"
+    r"(?:already been used|already used|expired|revoked|is invalid)|re-?authenticate|"
+    r"manual authorization is required",
+    re.I,
+)
+"""The CLI's subscription login is gone: its refresh failed or it was logged out (captured:
+tests/data/real-cli/*-refresh-*). A rejected API key stays ``_AUTH``."""
 _AUTH = re.compile(
     r"\b401\b|\b403\b|unauthori[sz]ed|unauthenticated|authentication|invalid (?:x-)?api.?key|"
     r"not logged in|please run /login|log ?in again|invalid auth|permission denied|credential",
@@ -251,8 +266,9 @@ def retry_after_s(message: str) -> float | None:
     return value
 
 
-def classify_failure(message: str) -> Failure:
-    """What kind of failure a CLI error message describes."""
+def classify_failure(message: str, relogin: str = "") -> Failure:
+    """What kind of failure a CLI error message describes. ``relogin``: the command that logs
+    this CLI in again, named in the message of a login that is gone."""
     message = message.strip() or "the CLI failed without a message"
     if _BILLING.search(message):
         kind = FailureKind.BILLING
@@ -260,6 +276,9 @@ def classify_failure(message: str) -> Failure:
         kind = FailureKind.CONTEXT_LENGTH
     elif _RATE.search(message):
         kind = FailureKind.RATE_LIMITED
+    elif _LOGIN_GONE.search(message):
+        kind = FailureKind.LOGIN_EXPIRED
+        message = login_expired_message(message, relogin)
     elif _AUTH.search(message):
         kind = FailureKind.AUTH
     elif _OVERLOAD.search(message):
@@ -274,8 +293,18 @@ def classify_failure(message: str) -> Failure:
     return Failure(kind, message, wait)
 
 
+def login_expired_message(message: str, relogin: str) -> str:
+    how = f"run `{relogin}`" if relogin else "log the CLI in again"
+    return (
+        f"{message} (the gateway's own CLI login has expired or was revoked, not your API "
+        f"key: on the gateway host, as the user it runs as, {how})"
+    )
+
+
 def kind_for_status(upstream: int, classified: FailureKind) -> FailureKind:
     """The kind of failure an upstream HTTP status reported by a CLI means."""
+    if upstream in (401, 403) and classified is FailureKind.LOGIN_EXPIRED:
+        return classified
     if upstream in (401, 403):
         return FailureKind.AUTH
     if upstream == 429:
@@ -288,11 +317,13 @@ def kind_for_status(upstream: int, classified: FailureKind) -> FailureKind:
     return FailureKind.CLI_ERROR
 
 
-def exit_failure(exit_code: int, stderr: str, what: str) -> Failure:
+def exit_failure(exit_code: int, stderr: str, what: str, relogin: str = "") -> Failure:
     """Failure for a CLI that exited non-zero without saying why on stdout."""
     tail = _last_lines(stderr)
     message = f"{what} exited with code {exit_code}" + (f": {tail}" if tail else "")
     failure = classify_failure(tail)
+    if failure.kind is FailureKind.LOGIN_EXPIRED:
+        message = login_expired_message(message, relogin)
     return Failure(failure.kind, message, failure.retry_after_s)
 
 

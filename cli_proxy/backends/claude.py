@@ -7,8 +7,11 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar
 
+from pydantic import SecretStr
+
 from ..events import CliEvent, CliText, CliThinking, Failure, RateLimit, Truncated, UsageReport
 from ..failures import FailureKind
+from ..logins import RELOGIN, Login, claude_login
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
 from .base import (
@@ -49,6 +52,11 @@ class ClaudeOptions(BackendOptions):
     """``cli`` (default): claude's own agent prompt, which subscription billing reportedly
     expects (docs/security.md); ``minimal``: the gateway's short neutral one
     (``CLI_PROXY_CLAUDE__SYSTEM_PROMPT=minimal``), ~12 kB less upstream per call."""
+    oauth_token: SecretStr | None = None
+    """A long-lived claude.ai inference token (``claude setup-token``;
+    ``CLI_PROXY_CLAUDE__OAUTH_TOKEN``), handed to the CLI as ``CLAUDE_CODE_OAUTH_TOKEN``.
+    It is never refreshed and no credential file is read or written: the login for a
+    gateway that runs unattended (docs/configuration.md)."""
 
 
 class ClaudeBackend(Backend):
@@ -140,7 +148,13 @@ class ClaudeBackend(Backend):
         # last input block, where stream-json input still expands them; no CLAUDE.md of any
         # kind; no auto memory (13 kB of system prompt naming HOME, and a memory dir per call).
         env.update(SEALED_ENV)
+        token = self.options.oauth_token if isinstance(self.options, ClaudeOptions) else None
+        if token is not None:
+            env["CLAUDE_CODE_OAUTH_TOKEN"] = token.get_secret_value()
         return env
+
+    def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
+        return claude_login(user_home, env)
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         """One stream-json user message whose content blocks are the prompt's blocks (a block
@@ -327,11 +341,11 @@ class ClaudeParser(StreamParser):
                 # the CLI already re-asked the model to continue; keep what it wrote
                 events.append(Truncated(message))
                 return events
-            failure = classify_failure(message)
+            failure = classify_failure(message, RELOGIN["claude"])
             status = obj.get("api_error_status")
             if isinstance(status, int) and 400 <= status < 600:
                 kind = kind_for_status(status, failure.kind)
-                failure = Failure(kind, message, failure.retry_after_s)
+                failure = Failure(kind, failure.message, failure.retry_after_s)
             rate = self._rate
             if (
                 failure.kind is FailureKind.RATE_LIMITED
@@ -351,7 +365,7 @@ class ClaudeParser(StreamParser):
         if self._failed:
             return []
         if exit_code != 0:
-            return [exit_failure(exit_code, stderr, "claude")]
+            return [exit_failure(exit_code, stderr, "claude", RELOGIN["claude"])]
         if not self._text_seen:
             return [empty_answer("claude")]
         return []

@@ -26,6 +26,7 @@ from typing import Any, ClassVar
 
 from ..events import CliEvent, CliText, Failure, Truncated, UsageReport
 from ..failures import FailureKind
+from ..logins import RELOGIN, Login, codex_login, read_json
 from ..plan import PrivateHome
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
@@ -317,10 +318,14 @@ class CodexBackend(Backend):
         env["NO_COLOR"] = "1"
         return env
 
+    def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
+        return codex_login(Path(user_home) / ".codex" / "auth.json", env)
+
     def private_home(self, user_home: str) -> PrivateHome:
         """CODEX_HOME holds config, state and AGENTS.md (always sent, whatever the flags): a
         fresh one per call has only our config, the sealed catalog and instructions, and
-        links the user's auth.json (a ChatGPT login; codex refreshes its tokens in place)."""
+        links the user's auth.json (a ChatGPT login: codex refreshes it by writing a temp file
+        beside the real one and renaming it over it; ``containment._login_binds``)."""
         auth = Path(user_home) / ".codex" / "auth.json"
         login = (("auth.json", str(auth)),) if auth.is_file() else ()
         path_env = os.environ.get("PATH", os.defpath)
@@ -380,11 +385,8 @@ class CodexBackend(Backend):
 
 
 def _chatgpt_login(auth: Path) -> bool:
-    try:
-        data = json.loads(auth.read_text(encoding="utf-8"))
-    except (OSError, ValueError):
-        return False
-    return isinstance(data, dict) and (
+    data = read_json(auth)  # cached: one stat while the file is unchanged
+    return data is not None and (
         data.get("auth_mode") == "chatgpt"
         or (isinstance(data.get("tokens"), dict) and not data.get("OPENAI_API_KEY"))
     )
@@ -526,7 +528,7 @@ class CodexParser(StreamParser):
             self._failed = True
             if self._last_error:
                 return [codex_failure(self._last_error)]
-            failure = exit_failure(exit_code, stderr, "codex")
+            failure = exit_failure(exit_code, stderr, "codex", RELOGIN["codex"])
             return [codex_failure(failure.message)]
         if not self._text_seen and not self._truncated:
             return [empty_answer("codex")]
@@ -536,7 +538,7 @@ class CodexParser(StreamParser):
 def codex_failure(message: str) -> Failure:
     """``classify_failure`` plus codex's own wording: its 5xx message is a generic "high
     demand" text (the upstream body is dropped), an overload, not a CLI error."""
-    failure = classify_failure(message)
+    failure = classify_failure(message, RELOGIN["codex"])
     if failure.kind is FailureKind.CLI_ERROR and _OVERLOADED.search(message):
         return Failure(FailureKind.OVERLOADED, failure.message)
     return failure

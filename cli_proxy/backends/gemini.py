@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Any, ClassVar
 
 from ..events import CliEvent, CliText, Truncated, UsageReport
+from ..logins import RELOGIN, Login, gemini_login, read_json
 from ..plan import PrivateHome
 from ..prompt import Prompt
 from ..protocol import ChatCompletionRequest
@@ -143,6 +144,10 @@ class GeminiBackend(Backend):
             login=login,
         )
 
+    def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
+        real = Path(user_home) / ".gemini"
+        return gemini_login(real / "oauth_creds.json", _auth_type(real / "settings.json"), env)
+
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> GeminiParser:
         return GeminiParser()
 
@@ -200,13 +205,13 @@ class GeminiParser(StreamParser):
         if self._failed:
             return []
         self._failed = True
-        return [classify_failure(message)]
+        return [classify_failure(message, RELOGIN["gemini"])]
 
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
         if self._failed:
             return []
         if exit_code != 0:
-            return [exit_failure(exit_code, stderr, "gemini")]
+            return [exit_failure(exit_code, stderr, "gemini", RELOGIN["gemini"])]
         if not self._text_seen and not self._truncated:
             return [empty_answer("gemini")]
         return []
@@ -233,11 +238,11 @@ _TRUNCATED = re.compile(r"truncated because it exceeded the token limit", re.I)
 
 
 def _auth_type(path: Path) -> str | None:
-    """The user's chosen auth type, the one thing taken from their settings."""
+    """The user's chosen auth type, the one thing taken from their settings (cached: one
+    stat while the file is unchanged)."""
     try:
-        data = json.loads(path.read_text(encoding="utf-8"))
-        auth = data["security"]["auth"]["selectedType"]
-    except (OSError, ValueError, KeyError, TypeError):
+        auth = (read_json(path) or {})["security"]["auth"]["selectedType"]
+    except (KeyError, TypeError):
         return None
     return auth if isinstance(auth, str) else None
 
