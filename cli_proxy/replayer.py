@@ -2,7 +2,7 @@
 
 Prints the recorded stdout lines (at the recorded pace times S; 0 = at once),
 writes the recorded stderr, exits with the recorded code. Reads and ignores
-stdin, like the real CLI would consume the prompt.
+stdin as it comes (the prompt, or a duplex protocol's messages), never waiting for its end.
 """
 
 from __future__ import annotations
@@ -10,8 +10,15 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+import threading
 import time
 from pathlib import Path
+from typing import BinaryIO
+
+
+def _drain(stream: BinaryIO) -> None:
+    while stream.read(65536):
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"{args.fixture}: cannot replay fixture: {exc}", file=sys.stderr)
         return 3
-    sys.stdin.read()
+    # stdin is drained on the side, never waited for: a duplex CLI's input stays open until
+    # the answer is read, and the recording already holds the CLI's side of the exchange
+    threading.Thread(target=_drain, args=(sys.stdin.buffer,), daemon=True).start()
     start = time.monotonic()
     out = sys.stdout
     for entry in data["stdout"]:
