@@ -24,7 +24,7 @@ from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -48,11 +48,15 @@ from .base import (
 
 # Workspace settings (they override the user's): no core tools, so the model cannot act on
 # the host; one attempt, because a retried stream re-prints the text already streamed; no
-# folder listing in the prompt (it would differ per call and defeat prompt caching).
+# folder listing in the prompt (it would differ per call and defeat prompt caching); one
+# model call per prompt and no loop detection: a model endpoint answers once, and the CLI's
+# loop check sent a second request ("System: Potential loop detected ...") for an answer that
+# quoted a repetitive prompt, then ended the call as max_turn_requests (docs/real-clis.md).
 WORKSPACE_SETTINGS = {
     "tools": {"core": [], "useRipgrep": False},
     "general": {"maxAttempts": 1},
     "context": {"includeDirectoryTree": False},
+    "model": {"maxSessionTurns": 1, "disableLoopDetection": True},
 }
 # The user settings of the call's private GEMINI_CLI_HOME: the user's own are never read
 # (they can run hooks, load .env, skills and memory into the prompt; see
@@ -169,6 +173,17 @@ class GeminiBackend(Backend):
 
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> GeminiParser:
         return GeminiParser(prompt_blocks(prompt))
+
+    @classmethod
+    def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
+        """The ``initialize`` result (the first line) names the agent's version."""
+        for line in stdout_lines[:3]:
+            obj = load_json_line(line.encode("utf-8"))
+            result = obj.get("result") if obj is not None else None
+            info = result.get("agentInfo") if isinstance(result, dict) else None
+            if isinstance(info, dict) and isinstance(info.get("version"), str):
+                return str(info["version"])
+        return None
 
 
 def prompt_blocks(prompt: Prompt) -> list[dict[str, Any]]:
@@ -291,11 +306,11 @@ class GeminiParser(StreamParser):
                     )
                 )
         elif stop == "max_turn_requests":
-            # the model kept calling tools; none is enabled, so each call was refused and
-            # the model asked again until the CLI's turn limit (capture gemini-own-tool-call)
+            # the model called a tool; none is enabled, so the CLI refused it, and asking the
+            # model again would pass the one-call limit (capture gemini-own-tool-call)
             message = (
-                "gemini stopped at its turn limit (max_turn_requests): the model kept "
-                "calling the CLI's own tools, which the gateway does not offer"
+                "gemini stopped at its turn limit (max_turn_requests): the model called one "
+                "of the CLI's own tools, which the gateway does not offer"
             )
             events += self._fail(Failure(FailureKind.INVALID_ANSWER, message))
         elif stop not in (None, "end_turn"):  # refusal, cancelled
