@@ -41,6 +41,9 @@ gemini --acp only (the CLI speaks JSON-RPC; the prompt is the text of its conten
   tool_call   a tool_call update of this title (one of the CLI's own tools running)
   is_error    the prompt's JSON-RPC error (code api_error_status, default 500)
   echo_blocks also for gemini --acp: the session/prompt content blocks
+  steps       an agent's task: a list of answers, the one used is indexed by the number of
+              tool results in the prompt (the last one repeats); "{images}" in it becomes
+              the number of image blocks the CLI got (gemini --acp)
 Only the standard library: it runs with whatever python3 is on PATH.
 """
 
@@ -474,7 +477,14 @@ def main() -> int:
     if spec.get("stderr"):
         sys.stderr.write(str(spec["stderr"]) + "\n")
         sys.stderr.flush()
-    if "answer" in spec:
+    if isinstance(spec.get("steps"), list) and spec["steps"]:
+        # an agent's task: the answer for the step reached (tool results so far), with
+        # "{images}" replaced by the number of images the CLI got with this prompt
+        steps = [str(x) for x in spec["steps"]]
+        answer = steps[min(prompt.count('role="tool_result"'), len(steps) - 1)]
+        images = len([b for b in acp.blocks if b.get("type") == "image"]) if acp else 0
+        answer = answer.replace("{images}", str(images))
+    elif "answer" in spec:
         answer = str(spec["answer"])
     elif spec.get("echo_blocks"):
         answer = json.dumps(acp.echo_blocks() if acp else stream_json_blocks(raw))
