@@ -9,15 +9,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
 import threading
 import time
 from pathlib import Path
-from typing import BinaryIO
 
 
-def _drain(stream: BinaryIO) -> None:
-    while stream.read(65536):
+def _drain(fd: int) -> None:
+    """Read and drop stdin. The raw fd, not ``sys.stdin``: a daemon thread blocked inside a
+    buffered reader aborts the interpreter at exit (it cannot take the reader's lock)."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
         pass
 
 
@@ -35,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         return 3
     # stdin is drained on the side, never waited for: a duplex CLI's input stays open until
     # the answer is read, and the recording already holds the CLI's side of the exchange
-    threading.Thread(target=_drain, args=(sys.stdin.buffer,), daemon=True).start()
+    threading.Thread(target=_drain, args=(sys.stdin.fileno(),), daemon=True).start()
     start = time.monotonic()
     out = sys.stdout
     for entry in data["stdout"]:
