@@ -7,6 +7,7 @@ Set ``CLI_PROXY_CAPTURE_DIR`` to keep the upstream request bodies."""
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 from pathlib import Path
@@ -108,8 +109,9 @@ async def test_thoughts_are_reasoning_never_content(real: RealCLIs) -> None:  # 
         }
     )
     content, reasoning = [], []
-    async with gw.completion(gw.plan(req)).run() as answer:
-        async for ev in answer:
+    call = await gw.open_call(req)
+    async with contextlib.aclosing(call.events()) as events:
+        async for ev in events:
             if isinstance(ev, ContentDelta):
                 content.append(ev.text)
             elif isinstance(ev, ReasoningDelta):
