@@ -32,6 +32,7 @@ from openai import AsyncOpenAI  # noqa: E402
 from bench.cache import cli_dir, point_clis_at  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
 from cli_proxy.containment import spawn  # noqa: E402
+from cli_proxy.events import CliText  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
 from cli_proxy.process import kill_tree  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
@@ -40,12 +41,6 @@ from tests.fake_model_api import start_fake_model_api  # noqa: E402
 
 MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash"}
 PAUSE = {"claude": 2.0, "gemini": 4.0}  # lets a spare start between calls
-
-
-def content_line(backend: str, line: bytes) -> bool:
-    if backend == "claude":
-        return b'"text_delta"' in line
-    return b'"role":"assistant"' in line and b'"type":"message"' in line
 
 
 async def gateway_ttfb(client: AsyncOpenAI, model: str, text: str) -> float:
@@ -62,21 +57,30 @@ async def gateway_ttfb(client: AsyncOpenAI, model: str, text: str) -> float:
 
 
 async def direct_ttfb(gw: Gateway, model: str, text: str) -> float:
-    """Spawn the same launch spec cold, write the same stdin, time to its first content."""
+    """Spawn the same launch spec cold, write the same stdin, time to its first content.
+
+    The backend's own parser reads the output and writes its replies (gemini's ACP: the
+    prompt goes in once the session is open), as in a call."""
     req = ChatCompletionRequest.model_validate(
         {"model": model, "messages": [{"role": "user", "content": text}]}
     )
     plan = gw.plan(req)
+    parser = plan.call.parser()
     t0 = time.perf_counter()
     proc, prepared = await spawn(plan.launch, gw.launcher, gw.supervisor.limits.line_limit)
     try:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(plan.call.stdin)
         await proc.stdin.drain()
-        proc.stdin.close()
+        if not plan.launch.duplex:
+            proc.stdin.close()
         while line := await proc.stdout.readline():
-            if content_line(plan.launch.backend, line):
+            events = parser.feed(line)
+            if any(isinstance(ev, CliText) for ev in events):
                 return time.perf_counter() - t0
+            if reply := parser.replies():
+                proc.stdin.write(reply)
+                await proc.stdin.drain()
         raise RuntimeError("no content from the direct run")
     finally:
         await kill_tree(proc, 1.0)
@@ -133,7 +137,10 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--out", default=str(ROOT / "bench" / "warm-results.json"))
+    ap.add_argument("--only", choices=sorted(MODELS), help="one backend (default: all)")
+    ap.add_argument("--no-burst", action="store_true", help="skip the burst rows")
     args = ap.parse_args()
+    models = {args.only: MODELS[args.only]} if args.only else MODELS
     clis = cli_dir()
     api = await start_fake_model_api()
     point_clis_at(api.url)
@@ -149,7 +156,7 @@ async def main() -> None:
     gw, runner, client = await serve(Settings(**base))
     results["containment"] = gw.launcher.describe()
     try:
-        for backend, model in MODELS.items():
+        for backend, model in models.items():
             await gateway_ttfb(client, model, "prime")  # the first call starts cold
             warm, cold = [], []
             for i in range(args.rounds):
@@ -169,7 +176,7 @@ async def main() -> None:
     finally:
         await client.close()
         await runner.cleanup()
-    for backend, model in MODELS.items():
+    for backend, model in {} if args.no_burst else models.items():
         on = await burst(Settings(**base), model, 6)
         off = await burst(Settings(**base, warm_pool=False), model, 6)
         results[f"{backend}_burst6"] = {
@@ -180,7 +187,7 @@ async def main() -> None:
     await api.close()
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"containment: {results['containment']}")
-    for backend in MODELS:
+    for backend in models:
         r = results[backend]
         target = 0.25 if backend == "claude" else 0.1
         warm_ms, cold_ms = r["median_warm_s"] * 1000, r["median_cold_s"] * 1000
@@ -188,6 +195,8 @@ async def main() -> None:
             f"{backend}: first content through the gateway (warm) {warm_ms:.0f} ms"
             f" vs direct cold {cold_ms:.0f} ms: ratio {r['ratio_warm_to_cold']:.3f} (<= {target})"
         )
+        if args.no_burst:
+            continue
         b = results[f"{backend}_burst6"]
         print(
             f"{backend} burst of 6: wall {b['pool_on']['wall_s']} s with the pool,"

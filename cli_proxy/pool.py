@@ -2,8 +2,9 @@
 
 A spare is a CLI process started from exactly the ``LaunchSpec`` a call would use (argv,
 environment, containment, private work dir), waiting for its prompt: claude in stream-json
-input mode waits with no time limit; gemini waits once one leading newline has arrived (the
-spec's ``warm_prefix``, which every call's stdin starts with, warm or cold). A call whose
+input mode waits with no time limit; gemini (ACP) gets its ``initialize`` and ``session/new``
+requests at once (the spec's ``warm_prefix``, which every call's stdin starts with, warm or
+cold) and holds its answers, so its session is open when the call's prompt comes. A call whose
 spec matches a ready spare takes it and writes the rest of its stdin; otherwise it cold-starts.
 Either way the process serves that one call and is gone: no ``--resume``, no reuse.
 

@@ -18,6 +18,16 @@ import time
 from pathlib import Path
 
 
+def _drain(fd: int) -> None:
+    """Read and drop stdin. The raw fd, not ``sys.stdin``: a daemon thread blocked inside a
+    buffered reader aborts the interpreter at exit (it cannot take the reader's lock)."""
+    try:
+        while os.read(fd, 65536):
+            pass
+    except OSError:
+        pass
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="cli_proxy.replayer")
     p.add_argument("fixture", type=Path)
@@ -45,15 +55,6 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(stderr)
         sys.stderr.flush()
     return int(data["exit_code"])
-
-
-def _drain(fd: int) -> None:
-    """Consume stdin until EOF (or until the process exits: the thread is a daemon)."""
-    try:
-        while os.read(fd, 65536):
-            pass
-    except OSError:
-        pass
 
 
 if __name__ == "__main__":

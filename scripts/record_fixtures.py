@@ -5,7 +5,8 @@
 
 (``make fixtures`` runs exactly this.) What it does:
 
-1. deletes the old ``*.json`` fixtures in ``--out``;
+1. deletes the old ``*.json`` fixtures in ``--out`` (``--models``: only those of these models'
+   backends, which alone are re-recorded);
 2. starts ``tests/fake_model_api.py`` on 127.0.0.1 (a free port): the model API both CLIs
    talk to (codex through its OpenAI Responses endpoint), scripted by an ``@@fake {json}``
    directive in the prompt;
@@ -365,7 +366,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--cli-dir", type=Path, required=True, help="folder with the three CLIs")
     ap.add_argument("--out", type=Path, default=ROOT / "fixtures", help="fixture folder")
+    ap.add_argument(
+        "--models",
+        nargs="+",
+        choices=MODELS,
+        default=list(MODELS),
+        help="re-record only these models (their backends' old fixtures are replaced)",
+    )
     args = ap.parse_args(argv)
+    models: list[str] = args.models
     cli_dir: Path = args.cli_dir.resolve()
     out: Path = args.out.resolve()
     for name in ("claude", "gemini", "codex"):
@@ -374,8 +383,9 @@ def main(argv: list[str] | None = None) -> int:
             return 2
 
     out.mkdir(parents=True, exist_ok=True)
-    for old in out.glob("*.json"):
-        old.unlink()
+    for backend in {backend_of(m) for m in models}:
+        for old in out.glob(f"{backend}-*.json"):
+            old.unlink()
 
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="cli-proxy-record-"))
@@ -396,7 +406,7 @@ def main(argv: list[str] | None = None) -> int:
         gateway, base_url = start_gateway(tmp, home, fake_url, cli_dir, out)
         print(f"fake model API {fake_url}; gateway {base_url}; recording to {out}", flush=True)
         client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
-        for model in MODELS:
+        for model in models:
             for case in cases():
                 body = body_for(case, backend_of(model))
                 _key, name = fixture_name(model, body)
@@ -433,8 +443,9 @@ def main(argv: list[str] | None = None) -> int:
         scrub(rec.path, replacements)
         problems += [f"{rec.path.name}: {leak}" for leak in leaks(rec.path, forbidden)]
     store = FixtureStore.load(out)  # every file must load (format, version, key)
-    if len(store) != len(recorded):
-        problems.append(f"{len(recorded)} cases but {len(store)} distinct fixtures in {out}")
+    mine = {fx.path.resolve() for fx in store.by_key.values()} & {r.path for r in recorded}
+    if len(mine) != len(recorded):
+        problems.append(f"{len(recorded)} cases but {len(mine)} distinct fixtures in {out}")
     shutil.rmtree(tmp, ignore_errors=True)
 
     rows = [("file", "backend", "case", "exit", "lines", "request")]
@@ -457,7 +468,7 @@ def main(argv: list[str] | None = None) -> int:
     versions = {str(v) for r in recorded if (v := load_fixture(r.path).data.get("cli_version"))}
     print(
         f"\n{len(recorded)} fixtures in {out} in {time.monotonic() - started:.1f} s"
-        + (f" (claude_code_version {', '.join(sorted(versions))})" if versions else "")
+        + (f" (cli_version {', '.join(sorted(versions))})" if versions else "")
     )
     if problems:
         print("record_fixtures: PROBLEMS:\n  " + "\n  ".join(problems), file=sys.stderr)

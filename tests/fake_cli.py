@@ -31,8 +31,19 @@ the prompt (XML-escaped, so it is unescaped first):
   cached      prompt tokens the model API read from its cache (claude
               cache_read_input_tokens, gemini stats.cached)
   (an answer's "@SURROGATE@" is printed as the JSON escape \ud800, a lone surrogate)
-  max_tokens  claude only: the answer, then the CLI's real "exceeded the output token
-              maximum" error (synthetic assistant message + is_error result)
+  max_tokens  claude: the answer, then the CLI's real "exceeded the output token
+              maximum" error (synthetic assistant message + is_error result); gemini --acp:
+              the answer, then stopReason max_tokens
+gemini --acp only (the CLI speaks JSON-RPC; the prompt is the text of its content blocks):
+  thought     an agent_thought_chunk before the answer
+  ask_permission  send session/request_permission (and an fs/read_text_file request) and
+              answer with the client's replies, as JSON, joined by "|"
+  tool_call   a tool_call update of this title (one of the CLI's own tools running)
+  is_error    the prompt's JSON-RPC error (code api_error_status, default 500)
+  echo_blocks also for gemini --acp: the session/prompt content blocks
+  steps       an agent's task: a list of answers, the one used is indexed by the number of
+              tool results in the prompt (the last one repeats); "{images}" in it becomes
+              the number of image blocks the CLI got (gemini --acp)
 ``fake_cli.py claude --version`` prints a version in the real CLI's format (for doctor).
 Only the standard library: it runs with whatever python3 is on PATH.
 """
@@ -320,6 +331,125 @@ def run_gemini(argv: list[str], prompt: str, spec: dict[str, object], answer: st
     out.emit(result)
 
 
+class AcpSession:
+    """gemini --acp: JSON-RPC 2.0 lines on stdio (the shapes of 0.61.0's, see
+    tests/data/real-cli/gemini-acp-*.stdout.jsonl). Answers initialize and session/new at
+    once (a pre-started process does both before its prompt), then waits for the prompt."""
+
+    def __init__(self) -> None:
+        self.session = str(uuid.uuid4())
+        self.prompt_id: object = None
+        self.blocks: list[dict[str, object]] = []
+
+    @staticmethod
+    def send(obj: dict[str, object]) -> None:
+        sys.stdout.write(json.dumps({"jsonrpc": "2.0", **obj}, ensure_ascii=False) + "\n")
+        sys.stdout.flush()
+
+    def open(self) -> bool:
+        """Serve the set-up until the prompt arrives; False when stdin ended first."""
+        for line in sys.stdin:
+            if not line.strip():
+                continue
+            msg = json.loads(line)
+            method, params = msg.get("method"), msg.get("params") or {}
+            if method == "initialize":
+                caps = {"loadSession": True, "promptCapabilities": {"image": True}}
+                info = {"name": "gemini-cli", "title": "Gemini CLI", "version": "0.61.0-fake"}
+                result = {"protocolVersion": 1, "agentCapabilities": caps, "agentInfo": info}
+                self.send({"id": msg["id"], "result": {**result, "authMethods": []}})
+            elif method == "session/new":
+                assert params.get("mcpServers") == [], params
+                modes = {"currentModeId": "default", "availableModes": []}
+                self.send({"id": msg["id"], "result": {"sessionId": self.session, "modes": modes}})
+            elif method == "session/prompt":
+                assert params.get("sessionId") == self.session, params
+                self.prompt_id, self.blocks = msg["id"], list(params["prompt"])
+                return True
+        return False
+
+    def text(self) -> str:
+        return "".join(str(b["text"]) for b in self.blocks if b.get("type") == "text")
+
+    def echo_blocks(self) -> list[dict[str, str]]:
+        out: list[dict[str, str]] = []
+        for b in self.blocks:
+            if b.get("type") == "image":
+                digest = hashlib.sha256(base64.b64decode(str(b["data"]))).hexdigest()
+                out.append({"image": str(b["mimeType"]), "sha256": digest})
+            else:
+                out.append({"text": str(b["text"])})
+        return out
+
+    def wait_answer(self, rid: int) -> dict[str, object]:
+        """The client's answer to our request ``rid`` (a permission request)."""
+        for line in sys.stdin:
+            if line.strip():
+                msg = json.loads(line)
+                if msg.get("id") == rid and "method" not in msg:
+                    return dict(msg)
+        return {}
+
+
+def run_gemini_acp(acp: AcpSession, spec: dict[str, object], answer: str) -> None:
+    out = Out(spec)
+
+    def update(kind: str, **fields: object) -> None:
+        upd = {"sessionUpdate": kind, **fields}
+        out.emit(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"sessionId": acp.session, "update": upd},
+            }
+        )
+
+    update("available_commands_update", availableCommands=[{"name": "memory"}])
+    if spec.get("ask_permission"):  # a tool asks for approval: say what the client answered
+        rid = 9001
+        tool = {"toolCallId": "t1", "title": str(spec["ask_permission"]), "kind": "execute"}
+        opts = [{"optionId": "proceed_once", "name": "Allow", "kind": "allow_once"}]
+        AcpSession.send(
+            {
+                "id": rid,
+                "method": "session/request_permission",
+                "params": {"sessionId": acp.session, "toolCall": tool, "options": opts},
+            }
+        )
+        reply = acp.wait_answer(rid)
+        answer = json.dumps(reply.get("result") or reply.get("error"))
+        AcpSession.send({"id": 9002, "method": "fs/read_text_file", "params": {"path": "/etc/x"}})
+        answer += "|" + json.dumps(acp.wait_answer(9002).get("error"))
+    if spec.get("tool_call"):  # one of the CLI's own tools runs (an unsealed CLI)
+        update("tool_call", toolCallId="t1", status="in_progress", title=spec["tool_call"])
+    if spec.get("thought"):
+        update("agent_thought_chunk", content={"type": "text", "text": str(spec["thought"])})
+    failed = bool(spec.get("is_error"))
+    if not failed:
+        for piece in split(answer, int(spec.get("chunks", 3))):  # type: ignore[call-overload]
+            if piece:
+                update("agent_message_chunk", content={"type": "text", "text": piece})
+    if spec.get("no_result"):
+        return
+    if failed:
+        status = int(spec.get("api_error_status") or 500)  # type: ignore[call-overload]
+        message = str(spec.get("error_message", "internal error"))
+        out.emit(
+            {"jsonrpc": "2.0", "id": acp.prompt_id, "error": {"code": status, "message": message}}
+        )
+        return
+    tokens = {"input_tokens": len(acp.text()) // 4, "output_tokens": len(answer) // 4 + 1}
+    quota = {"token_count": tokens, "model_usage": [{"model": "fake", "token_count": tokens}]}
+    stop = "max_tokens" if spec.get("max_tokens") else "end_turn"
+    out.emit(
+        {
+            "jsonrpc": "2.0",
+            "id": acp.prompt_id,
+            "result": {"stopReason": stop, "_meta": {"quota": quota}},
+        }
+    )
+
+
 def main() -> int:
     flavour, argv = sys.argv[1], sys.argv[2:]
     if argv == ["--version"]:  # the real CLIs' format, a version no test pins
@@ -328,7 +458,13 @@ def main() -> int:
     # like the real CLIs (Node's JSON.stringify): raw UTF-8 out, whatever the locale
     sys.stdin.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     sys.stdout.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
-    prompt = raw = sys.stdin.read()
+    acp = AcpSession() if flavour == "gemini" and "--acp" in argv else None
+    if acp is not None:
+        if not acp.open():
+            return 0  # stdin ended before any prompt (a spare that was never used)
+        prompt = raw = acp.text()
+    else:
+        prompt = raw = sys.stdin.read()
     if "--input-format" in sys.argv and "stream-json" in sys.argv:
         prompt = stream_json_prompt(raw)
     spec = directive(prompt)
@@ -345,10 +481,17 @@ def main() -> int:
     if spec.get("stderr"):
         sys.stderr.write(str(spec["stderr"]) + "\n")
         sys.stderr.flush()
-    if "answer" in spec:
+    if isinstance(spec.get("steps"), list) and spec["steps"]:
+        # an agent's task: the answer for the step reached (tool results so far), with
+        # "{images}" replaced by the number of images the CLI got with this prompt
+        steps = [str(x) for x in spec["steps"]]
+        answer = steps[min(prompt.count('role="tool_result"'), len(steps) - 1)]
+        images = len([b for b in acp.blocks if b.get("type") == "image"]) if acp else 0
+        answer = answer.replace("{images}", str(images))
+    elif "answer" in spec:
         answer = str(spec["answer"])
     elif spec.get("echo_blocks"):
-        answer = json.dumps(stream_json_blocks(raw))
+        answer = json.dumps(acp.echo_blocks() if acp else stream_json_blocks(raw))
     elif spec.get("echo_prompt"):
         wrap = "<json_format>" in prompt and "tool_call" in prompt
         answer = json.dumps({"tool_call": None, "response": prompt}) if wrap else prompt
@@ -359,7 +502,13 @@ def main() -> int:
     answer *= int(spec.get("repeat", 1))  # type: ignore[call-overload]
     code = int(spec.get("exit", 0))  # type: ignore[call-overload]
     if code == 0 or spec.get("print_before_exit"):
-        (run_claude if flavour == "claude" else run_gemini)(argv, prompt, spec, answer)
+        if acp is not None:
+            run_gemini_acp(acp, spec, answer)
+        else:
+            (run_claude if flavour == "claude" else run_gemini)(argv, prompt, spec, answer)
+    if acp is not None and code == 0 and not (spec.get("close_linger") or spec.get("no_result")):
+        for _ in sys.stdin:  # like gemini --acp: runs until its input ends
+            pass
     if spec.get("close_linger"):
         sys.stdout.flush()
         os.close(1)

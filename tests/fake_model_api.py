@@ -54,6 +54,12 @@ message text (our prompt is XML-escaped by the gateway, so the text after the ma
                  finishReason, ``max_tokens`` -> ``MAX_TOKENS``, else ``STOP``)
   input_tokens / output_tokens   override the usage numbers
 
+Gemini only:
+
+  thought        a thought text sent first, as two parts marked ``"thought": true``
+  function_call  answer with a ``functionCall`` part of this name (one of the CLI's own tools,
+                 e.g. ``run_shell_command``) instead of text; ``function_args`` its arguments
+
 Responses API (codex) only:
 
   cached         input tokens read from the prompt cache (``input_tokens_details``)
@@ -638,9 +644,9 @@ class FakeModelAPI:
         }
         response_id = f"fake_{len(self.requests)}"
 
-        def chunk(text: str, last: bool) -> dict[str, Any]:
+        def chunk(text: str, last: bool, part: dict[str, Any] | None = None) -> dict[str, Any]:
             cand: dict[str, Any] = {
-                "content": {"role": "model", "parts": [{"text": text}]},
+                "content": {"role": "model", "parts": [part or {"text": text}]},
                 "index": 0,
             }
             out: dict[str, Any] = {
@@ -667,6 +673,17 @@ class FakeModelAPI:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
+        thought = plan.directive.get("thought")
+        for piece in split_text(thought, 2) if isinstance(thought, str) else []:
+            part = {"text": piece, "thought": True}
+            await resp.write(f"data: {json.dumps(chunk(piece, False, part))}\r\n\r\n".encode())
+        call = plan.directive.get("function_call")
+        if isinstance(call, str):  # a call of one of the CLI's own tools (sealing tests)
+            args = plan.directive.get("function_args", {})
+            part = {"functionCall": {"name": call, "args": args}}
+            await resp.write(f"data: {json.dumps(chunk('', True, part))}\r\n\r\n".encode())
+            await resp.write_eof()
+            return resp
         for i, piece in enumerate(pieces):
             if i and plan.delay:
                 await asyncio.sleep(plan.delay)
@@ -678,16 +695,21 @@ class FakeModelAPI:
     def _gemini_error(self, status: int, message: Any, directive: dict[str, Any]) -> web.Response:
         gstatus = GEMINI_ERRORS.get(status, "INTERNAL" if status >= 500 else "INVALID_ARGUMENT")
         headers = {}
+        error: dict[str, Any] = {
+            "code": status,
+            "message": str(message or GEMINI_ERROR_MESSAGES.get(gstatus, gstatus)),
+            "status": gstatus,
+        }
         if directive.get("retry_after") is not None:
             headers["retry-after"] = str(directive["retry_after"])
+            # the Gemini API says when to retry in the body (google.rpc.RetryInfo)
+            retry = {
+                "@type": "type.googleapis.com/google.rpc.RetryInfo",
+                "retryDelay": f"{directive['retry_after']}s",
+            }
+            error["details"] = [retry]
         return web.json_response(
-            {
-                "error": {
-                    "code": status,
-                    "message": str(message or GEMINI_ERROR_MESSAGES.get(gstatus, gstatus)),
-                    "status": gstatus,
-                }
-            },
+            {"error": error},
             status=status,
             headers=headers,
         )

@@ -2,9 +2,10 @@
 """A hostile stand-in for the claude / gemini CLIs: it prints exactly the stdout the test
 scripted, then exits, lingers or stalls (tests/test_cli_output_fuzz.py).
 
-Usage: ``hostile_cli.py <the CLI's own argv>``; the prompt arrives on stdin (plain text or
-claude's stream-json line) and carries the script as ``@@hostile <urlsafe base64 JSON>``
-(the LAST one; base64 survives every prompt encoding and XML escaping):
+Usage: ``hostile_cli.py <the CLI's own argv>``; the prompt arrives on stdin (plain text,
+claude's stream-json line, or gemini's ACP session/prompt) and carries the script as
+``@@hostile <urlsafe base64 JSON>`` (the LAST one; base64 survives every prompt encoding and
+XML escaping):
 
   out     urlsafe base64 of the bytes to print, as they are (no newline added)
   huge    then this many bytes of "x" with no newline (one huge line)
@@ -42,8 +43,31 @@ def encode(spec: dict[str, object]) -> str:
     return "@@hostile " + base64.urlsafe_b64encode(json.dumps(spec).encode()).decode()
 
 
+ACP_SETUP = {
+    "initialize": {"protocolVersion": 1, "authMethods": []},
+    "session/new": {"sessionId": "hostile"},
+}
+
+
+def acp_prompt() -> bytes:
+    """gemini --acp: the prompt comes only once the session is open, so the set-up requests
+    get well-formed answers; the scripted bytes follow them (stdin stays open)."""
+    for line in sys.stdin.buffer:
+        try:
+            msg = json.loads(line)
+        except ValueError:
+            continue
+        if msg.get("method") == "session/prompt":
+            return line
+        if msg.get("method") in ACP_SETUP:
+            reply = {"jsonrpc": "2.0", "id": msg.get("id"), "result": ACP_SETUP[msg["method"]]}
+            sys.stdout.buffer.write(json.dumps(reply).encode() + b"\n")
+            sys.stdout.buffer.flush()
+    return b""
+
+
 def main() -> int:
-    spec = script(sys.stdin.buffer.read())
+    spec = script(acp_prompt() if "--acp" in sys.argv else sys.stdin.buffer.read())
     out = sys.stdout.buffer
     if spec.get("stall"):
         time.sleep(MAX_LIFE_S)

@@ -29,7 +29,7 @@ from cli_proxy.backends.codex import (
     seal_catalog,
 )
 from cli_proxy.errors import api_error
-from cli_proxy.events import CliEvent, CliText, Failure, Truncated, UsageReport
+from cli_proxy.events import CliEvent, CliText, CliThinking, Failure, Truncated, UsageReport
 from cli_proxy.failures import CliFailed, FailureKind
 from cli_proxy.routing import route
 
@@ -91,21 +91,23 @@ CONFORMANCE: dict[str, Conformance] = {
         auth_env="ANTHROPIC_API_KEY",
     ),
     "gemini": Conformance(
-        captures={
+        captures={  # gemini --acp 0.61.0 (sealing/gemini-acp-capture.py)
             "text": "gemini-text",
             "tool_call": "gemini-json-toolcall",
-            "auth": "gemini-401-maxattempts1",
-            "rate_limit": "gemini-429-maxattempts1",
-            "overloaded": "gemini-503-maxattempts1",
+            "auth": "gemini-401",
+            "rate_limit": "gemini-429",
+            "overloaded": "gemini-503",
             "empty": "gemini-empty-answer",
-            # MAX_TOKENS before any text; with text, gemini 0.61.0 gives no signal at all on
-            # stdout, stderr or in its stats (tests/data/real-cli/gemini-sealing.md, Q5), so
-            # such answers end with "stop": a known limit of the CLI, not of the parser
-            "token_limit": "gemini-max-tokens-empty",
         },
         model="gemini-2.5-flash",
         tools_off=_gemini_tools_off,
         auth_env="GEMINI_API_KEY",
+        known_limits={
+            # ACP 0.61.0 drops the model's finishReason: an output cut by MAX_TOKENS ends
+            # "end_turn", after text or not (its stopReason max_tokens means a prompt that
+            # overflows the context window); captures gemini-max-tokens{,-empty}
+            "token_limit": "gemini --acp 0.61.0 reports a MAX_TOKENS finish as end_turn",
+        },
     ),
     "codex": Conformance(
         captures={  # codex 0.169.0 against tests/fake_model_api.py (sealing/codex-capture.py)
@@ -283,6 +285,46 @@ def test_claude_mid_stream_retry_adds_only_new_text() -> None:
 def test_claude_output_token_limit_keeps_every_part() -> None:
     # the CLI asked the model to continue three times: all four parts are the answer
     assert text_of(replay(ClaudeParser(), "claude-max-tokens")) == "truncated answ" * 4
+
+
+def gemini_replay(stem: str) -> list[CliEvent]:
+    return replay(new_parser("gemini"), stem)
+
+
+def test_gemini_thoughts_are_reasoning_not_answer_text() -> None:
+    events = gemini_replay("gemini-thought")
+    assert text_of(events) == "After thinking: 42." and not failures_of(events)
+    thought = "".join(e.text for e in events if isinstance(e, CliThinking))
+    assert thought == "**Adding up**\nSix times seven."  # the CLI's "****" (no subject) gone
+
+
+@pytest.mark.parametrize(
+    ("stem", "kind", "retry"),
+    [
+        ("gemini-429-quota", FailureKind.RATE_LIMITED, 7.0),
+        ("gemini-429", FailureKind.RATE_LIMITED, 7.0),  # "Suggested retry after 7s."
+        ("gemini-500", FailureKind.CLI_ERROR, None),
+        ("gemini-bad-model", FailureKind.BAD_REQUEST, None),
+        ("gemini-stream-cut", FailureKind.CLI_ERROR, None),
+        ("gemini-own-tool-call", FailureKind.INVALID_ANSWER, None),
+    ],
+)
+def test_gemini_failures(stem: str, kind: FailureKind, retry: float | None) -> None:
+    failures = failures_of(gemini_replay(stem))
+    assert [(f.kind, f.retry_after_s) for f in failures] == [(kind, retry)]
+    assert "{" not in failures[0].message  # the API's message, not its JSON body
+
+
+def test_gemini_usage_and_token_limit_as_0_61_reports_them() -> None:
+    assert [e for e in gemini_replay("gemini-text") if isinstance(e, UsageReport)] == [
+        UsageReport(111, 6)
+    ]
+    # MAX_TOKENS after text: a plain end_turn (the known limit above); before any text: an
+    # empty answer
+    events = gemini_replay("gemini-max-tokens")
+    assert text_of(events) == "truncated answ" and not failures_of(events)
+    kinds = [f.kind for f in failures_of(gemini_replay("gemini-max-tokens-empty"))]
+    assert kinds == [FailureKind.EMPTY_ANSWER]
 
 
 def codex_replay(stem: str) -> list[CliEvent]:

@@ -144,7 +144,7 @@ async def test_recorded_fixture_contents(serve: ServeFactory, tmp_path: Path) ->
     assert data["request"]["tools"][0]["function"]["name"] == "get_weather"
     assert "<conversation_history>" in data["prompt"]
     assert data["argv"][0] == Path(sys.executable).name
-    assert "--output-format" in data["argv"]
+    assert "--acp" in data["argv"]
     assert all(
         isinstance(e["t"], float | int) and isinstance(e["line"], str) for e in data["stdout"]
     )

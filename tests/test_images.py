@@ -1,6 +1,6 @@
 """Images in (issue #14): the model sees what the user sent, in its place; limits, content
 checks and the URL policy answer clear 400s. Through the openai SDK over real HTTP; the
-fake claude echoes the content blocks it read on stdin."""
+fake claude and gemini echo the content blocks they read on stdin."""
 
 from __future__ import annotations
 
@@ -42,9 +42,12 @@ def sha(raw: bytes) -> str:
     return hashlib.sha256(raw).hexdigest()
 
 
-async def blocks(served: Served, messages: list[dict[str, Any]], **kw: Any) -> list[Any]:
-    """What the claude CLI read on stdin, as the fake reports it."""
-    r = await served.client.chat.completions.create(model=CLAUDE, messages=messages, **kw)  # type: ignore[arg-type]
+async def blocks(
+    served: Served, messages: list[dict[str, Any]], model: str = CLAUDE, **kw: Any
+) -> list[Any]:
+    """What the CLI read on stdin (claude's stream-json message, gemini's ACP session/prompt),
+    as the fake reports it."""
+    r = await served.client.chat.completions.create(model=model, messages=messages, **kw)  # type: ignore[arg-type]
     return list(json.loads(r.choices[0].message.content or "[]"))
 
 
@@ -66,7 +69,8 @@ def test_media_type_is_read_from_the_bytes(name: str, kind: str) -> None:
     assert sniff(b"<svg xmlns='http://www.w3.org/2000/svg'/>") is None
 
 
-async def test_user_images_reach_claude_in_place(served: Served) -> None:
+@pytest.mark.parametrize("model", [CLAUDE, "gemini-2.5-flash"])
+async def test_user_images_reach_the_cli_in_place(served: Served, model: str) -> None:
     got = await blocks(
         served,
         [
@@ -81,6 +85,7 @@ async def test_user_images_reach_claude_in_place(served: Served) -> None:
                 ],
             }
         ],
+        model,
     )
     assert images_of(got) == [("image/png", sha(PNG)), ("image/jpeg", sha(JPEG))]
     kinds = ["image" if "image" in b else "text" for b in got]
@@ -108,13 +113,15 @@ def screenshot_turns(tool_content: list[dict[str, Any]], then: str) -> list[dict
     ]
 
 
-async def test_tool_result_images_reach_claude(served: Served) -> None:
+@pytest.mark.parametrize("model", [CLAUDE, "gemini-2.5-flash"])
+async def test_tool_result_images_reach_the_cli(served: Served, model: str) -> None:
     got = await blocks(
         served,
         screenshot_turns(
             [{"type": "text", "text": "here"}, image_part(data_url(PNG))],
             "what is on it?" + fake(echo_blocks=True),
         ),
+        model,
         tools=[SCREENSHOT],
     )
     assert images_of(got) == [("image/png", sha(PNG))]
@@ -208,11 +215,11 @@ async def test_images_elsewhere_than_user_and_tool_messages_are_refused(served: 
 async def test_a_backend_without_an_image_channel_says_so(served: Served) -> None:
     with pytest.raises(openai.BadRequestError) as info:
         await served.client.chat.completions.create(
-            model="gemini-2.5-flash",
+            model="gpt-5.5",  # codex exec: its prompt is text only
             messages=[{"role": "user", "content": [image_part(data_url(PNG))]}],  # type: ignore[list-item]
         )
     body = bad(info.value.body)
-    assert body["code"] == "images_not_supported" and "gemini" in body["message"]
+    assert body["code"] == "images_not_supported" and "codex" in body["message"]
 
 
 # ------------------------------------------------------------------ remote URLs

@@ -262,8 +262,8 @@ async def test_claude_cache_breakpoint_on_the_last_turn(real: RealCLIs) -> None:
 
 @pytest.mark.parametrize("model", MODELS)
 async def test_warm_call_answers(real: RealCLIs, model: str) -> None:
-    """A pre-started real CLI (claude waiting on stream-json input; gemini kept waiting by one
-    leading newline) answers its call like a cold one."""
+    """A pre-started real CLI (claude waiting on stream-json input; gemini with its ACP session
+    opened at spawn) answers its call like a cold one."""
     import asyncio
 
     pool = real.served.gateway.pool

@@ -1,6 +1,6 @@
 """Images through the REAL claude binary (issue #14): a PNG and a JPEG, from a user turn and
-from a tool result, arrive at the model API as image blocks in their places; gemini, which
-has no stdin channel for images, is refused with a 400 before any process starts.
+from a tool result, arrive at the model API as image blocks in their places (gemini's: in
+tests/test_real_cli_gemini_acp.py).
 
 Set ``CLI_PROXY_CAPTURE_DIR`` to keep the upstream request bodies (tests/data/real-cli/
 holds the captures of the pinned version)."""
@@ -13,14 +13,13 @@ import os
 from pathlib import Path
 from typing import Any
 
-import openai
 import pytest
 
 from .conftest import fake
 from .test_images import JPEG, PNG, SCREENSHOT, data_url, image_part, screenshot_turns, sha
 
 # `real` is the real-CLI fixture; the tests' parameters of that name are its uses (F811)
-from .test_real_cli import GEMINI, RealCLIs, real  # noqa: F401
+from .test_real_cli import RealCLIs, real  # noqa: F401
 
 CLAUDE = "claude-sonnet-4-6"
 
@@ -86,14 +85,3 @@ async def test_tool_result_png_and_jpeg_arrive_as_image_blocks(real: RealCLIs) -
     got = images_in_order(upstream_blocks(real, "claude-image-tool-result.request.json"))
     assert [(t, raw) for t, raw, _ in got] == [("image/png", PNG), ("image/jpeg", JPEG)]
     assert 'role="tool_result"' in got[0][2] and 'name="screenshot"' in got[0][2]
-
-
-async def test_gemini_images_are_refused_before_any_process(real: RealCLIs) -> None:  # noqa: F811
-    with pytest.raises(openai.BadRequestError) as info:
-        await real.client.chat.completions.create(
-            model=GEMINI,
-            messages=[{"role": "user", "content": [image_part(data_url(PNG))]}],  # type: ignore[list-item]
-        )
-    body: Any = info.value.body
-    assert body["code"] == "images_not_supported" and "gemini" in body["message"]
-    assert real.model_requests() == []

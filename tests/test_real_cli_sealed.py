@@ -188,6 +188,7 @@ def lasting(files: dict[Path, bytes]) -> list[str]:
     return sorted(str(p) for p in files if not transient(p))
 
 
+@pytest.mark.timeout(300)  # 21 calls; a cold gemini --acp takes 5-10 s on a loaded machine
 @pytest.mark.parametrize("model", MODELS)
 @pytest.mark.timeout(600)  # 21 calls in a row: gemini took 236-298 s on a loaded machine
 async def test_calls_leave_no_prompt_under_home(sealed: Sealed, model: str) -> None:
@@ -247,3 +248,23 @@ async def test_claude_reads_no_path_even_in_the_last_input_block(
     assert answer.text("text") == "done"
     sent = sealed.upstream()
     assert "notes.txt" in sent and secret not in sent
+
+
+async def test_gemini_refuses_its_own_tools(sealed: Sealed, tmp_path: Path) -> None:
+    """The model calls gemini's shell tool (not declared: no core tools): the CLI refuses it,
+    and its one-call limit ends the prompt; nothing runs, no permission is asked, one upstream
+    request, and the call is a 502 (docs/real-clis.md, capture gemini-own-tool-call)."""
+    import openai
+
+    target = tmp_path / "CANARY-touched"
+    call = fake(function_call="run_shell_command", function_args={"command": f"touch {target}"})
+    with pytest.raises(openai.APIStatusError) as info:
+        await sealed.client.chat.completions.create(
+            model="gemini-2.5-flash", messages=[{"role": "user", "content": "hi" + call}]
+        )
+    assert info.value.status_code == 502 and "max_turn_requests" in str(info.value)
+    assert not target.exists()
+    bodies = json.loads(sealed.upstream())
+    assert len(bodies) == 1 and all(
+        not t.get("functionDeclarations") for b in bodies for t in b.get("tools") or []
+    )

@@ -1,14 +1,35 @@
-"""Gemini CLI: ``gemini --output-format stream-json``."""
+"""Gemini CLI over ACP: ``gemini --acp``, the Agent Client Protocol (JSON-RPC 2.0, one message
+per line on stdin/stdout).
+
+Why ACP and not ``--output-format stream-json``: the prompt goes in as content blocks, so
+images reach the model in place (``inlineData`` between the text parts), and the answer comes
+back with thoughts apart (``agent_thought_chunk``), a stop reason and usage. The sequence
+(measured on 0.61.0, tests/data/real-cli/gemini-acp-*.md):
+
+    -> initialize, session/new {cwd: "."}     (the warm prefix: a spare has done both)
+    <- results: protocol, then {sessionId}
+    -> session/prompt {sessionId, prompt: [text | image blocks]}   (sent by the parser)
+    <- session/update notifications: agent_thought_chunk, agent_message_chunk ...
+    <- the prompt's result {stopReason, _meta.quota.token_count} or a JSON-RPC error
+       whose code is the upstream HTTP status (401, 429, 503; 500 for the rest)
+
+Then stdin is closed and the CLI exits (~0.5 s). A request from the CLI is never granted:
+``session/request_permission`` is answered ``cancelled``, anything else with a JSON-RPC
+error. The seal is the workspace settings (no core tools): with a tool enabled, 0.61.0 ran
+``run_shell_command`` and ``write_file`` without asking permission at all, so a tool that
+starts or completes ends the call as a failure.
+"""
 
 from __future__ import annotations
 
 import json
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
-from ..events import CliEvent, CliText, Truncated, UsageReport
+from ..events import CliEvent, CliText, CliThinking, Failure, Truncated, UsageReport
+from ..failures import FailureKind
 from ..logins import RELOGIN, Login, gemini_login, read_json
 from ..plan import PrivateHome
 from ..prompt import Prompt
@@ -22,17 +43,22 @@ from .base import (
     classify_failure,
     empty_answer,
     exit_failure,
+    kind_for_status,
     load_json_line,
 )
 from .system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 
 # Workspace settings (they override the user's): no core tools, so the model cannot act on
 # the host; one attempt, because a retried stream re-prints the text already streamed; no
-# folder listing in the prompt (it would differ per call and defeat prompt caching).
+# folder listing in the prompt (it would differ per call and defeat prompt caching); one
+# model call per prompt and no loop detection: a model endpoint answers once, and the CLI's
+# loop check sent a second request ("System: Potential loop detected ...") for an answer that
+# quoted a repetitive prompt, then ended the call as max_turn_requests (docs/real-clis.md).
 WORKSPACE_SETTINGS = {
     "tools": {"core": [], "useRipgrep": False},
     "general": {"maxAttempts": 1},
     "context": {"includeDirectoryTree": False},
+    "model": {"maxSessionTurns": 1, "disableLoopDetection": True},
 }
 # The user settings of the call's private GEMINI_CLI_HOME: the user's own are never read
 # (they can run hooks, load .env, skills and memory into the prompt; see
@@ -55,6 +81,34 @@ SYSTEM_MD = ".gemini/system.md"
 # host file into the system prompt, GEMINI_WRITE_SYSTEM_MD writes the prompt to disk: both
 # are always set here ("false": off), and a .env file never overrides a set variable.
 
+# JSON-RPC ids of the three requests the gateway sends.
+INITIALIZE, NEW_SESSION, PROMPT = 0, 1, 2
+METHOD_NOT_FOUND = -32601
+
+
+def rpc_line(message: dict[str, Any]) -> bytes:
+    """One JSON-RPC message as the single line ACP reads (Unicode line breaks escaped)."""
+    text = json.dumps({"jsonrpc": "2.0", **message}, ensure_ascii=False)
+    return text.translate(_LINE_BREAKS_ESCAPED).encode("utf-8") + b"\n"
+
+
+_LINE_BREAKS_ESCAPED = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+# What does not depend on the request, so a spare sends it at spawn and is ready for the
+# prompt: the client declares no file system (the CLI cannot ask us for files) and opens
+# the session in its own work dir ("." is the process's cwd, private to the call, holding
+# our workspace settings; the same bytes for every call, warm or cold, bwrap or not).
+ACP_PREFIX = rpc_line(
+    {
+        "id": INITIALIZE,
+        "method": "initialize",
+        "params": {
+            "protocolVersion": 1,
+            "clientCapabilities": {"fs": {"readTextFile": False, "writeTextFile": False}},
+        },
+    }
+) + rpc_line({"id": NEW_SESSION, "method": "session/new", "params": {"cwd": ".", "mcpServers": []}})
+
 
 class GeminiOptions(BackendOptions):
     bin: str = "gemini"
@@ -68,10 +122,9 @@ class GeminiBackend(Backend):
     options_model = GeminiOptions
     model_prefixes = ("gemini-",)
     home_paths = (".gemini",)
-    # gemini exits 42 ("No input provided via stdin") when nothing arrives soon after start;
-    # a newline keeps it waiting. Every call's stdin starts with it, warm or cold, so both send
-    # the same prompt upstream.
-    warm_prefix = b"\n"
+    warm_prefix = ACP_PREFIX
+    duplex = True
+    accepts_images = True  # ACP image blocks, in place (inlineData upstream)
     known_models = ("gemini-2.5-pro", "gemini-2.5-flash", "gemini-2.5-flash-lite")
     env_allow = ("GEMINI_*", "GOOGLE_*", "CLOUDSDK_*")
     nesting_vars: ClassVar[frozenset[str]] = frozenset(
@@ -81,8 +134,7 @@ class GeminiBackend(Backend):
     def argv(self, launch: LaunchOptions) -> list[str]:
         return [
             *self.command,
-            "--output-format",
-            "stream-json",
+            "--acp",
             "--model",
             launch.model,
             # no extension or MCP server may add tools; core tools are off via settings
@@ -125,7 +177,9 @@ class GeminiBackend(Backend):
         return ((SYSTEM_MD, MINIMAL_SYSTEM_PROMPT.encode()),)
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
-        return self.warm_prefix + prompt.text.encode("utf-8")
+        """Only the session set-up: the prompt needs the session's id, so the parser sends it
+        (``prompt_blocks``) once ``session/new`` has answered."""
+        return self.warm_prefix
 
     def private_home(self, user_home: str) -> PrivateHome:
         """GEMINI_CLI_HOME relocates all of ~/.gemini (memory, settings, hooks, chats,
@@ -149,72 +203,218 @@ class GeminiBackend(Backend):
         return gemini_login(real / "oauth_creds.json", _auth_type(real / "settings.json"), env)
 
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> GeminiParser:
-        return GeminiParser()
+        return GeminiParser(prompt_blocks(prompt))
+
+    @classmethod
+    def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
+        """The ``initialize`` result (the first line) names the agent's version."""
+        for line in stdout_lines[:3]:
+            obj = load_json_line(line.encode("utf-8"))
+            result = obj.get("result") if obj is not None else None
+            info = result.get("agentInfo") if isinstance(result, dict) else None
+            if isinstance(info, dict) and isinstance(info.get("version"), str):
+                return str(info["version"])
+        return None
+
+
+def prompt_blocks(prompt: Prompt) -> list[dict[str, Any]]:
+    """The prompt's blocks as ACP content blocks, images in place (each right after the text
+    that ends with its ``<image n sha256>`` tag). Block boundaries are kept: the CLI sends
+    each block as its own part, so a conversation's next call repeats this one's parts
+    byte for byte and the provider's implicit prefix cache can match them."""
+    blocks: list[dict[str, Any]] = []
+    for i in range(len(prompt.blocks)):
+        for piece in prompt.pieces(i):
+            if isinstance(piece, str):
+                blocks.append({"type": "text", "text": piece})
+            else:
+                blocks.append({"type": "image", "mimeType": piece.media_type, "data": piece.base64})
+    return blocks
 
 
 class GeminiParser(StreamParser):
-    """Reads init/message/result/error lines; user-role messages are prompt echoes."""
+    """The client side of one ACP session: answers the CLI's requests, sends the prompt once
+    the session is open, and reads the turn's updates and result."""
 
-    def __init__(self) -> None:
+    def __init__(self, blocks: list[dict[str, Any]]) -> None:
         self.done = False
+        self._blocks = blocks
+        self._out: list[bytes] = []
         self._text_seen = False
         self._failed = False
         self._truncated = False
+        self._prompted = False
+
+    def replies(self) -> bytes:
+        out, self._out = b"".join(self._out), []
+        return out
 
     def feed(self, line: bytes) -> list[CliEvent]:
         obj = load_json_line(line)
-        if obj is None:
+        if obj is None or self.done:
             return []
-        kind = obj.get("type")
-        if kind == "message" and obj.get("role") == "assistant":
-            content = obj.get("content")
-            if isinstance(content, str) and content:
-                self._text_seen = True
-                return [CliText(content)]
-            return []
-        if kind == "result":
-            return self._result(obj)
-        if kind == "error" and obj.get("severity", "error") == "error":
-            message = _message(obj)
-            if _TRUNCATED.search(message):
-                # the token limit cut the answer before any text: finish "length", not a
-                # failure (with text, gemini 0.61.0 gives no signal at all: reported "stop")
-                self._truncated = True
-                return [Truncated(message)]
-            return self._fail(message)
+        method = obj.get("method")
+        if isinstance(method, str):
+            if "id" in obj:
+                self._answer_request(obj["id"], method)
+                return []
+            return self._notification(method, obj.get("params"))
+        if obj.get("id") == PROMPT:
+            return self._prompt_result(obj)
+        if obj.get("id") in (INITIALIZE, NEW_SESSION):
+            return self._setup_result(obj)
         return []
 
-    def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
+    def _answer_request(self, rid: Any, method: str) -> None:
+        """The CLI asks something of the client: nothing is ever granted."""
+        if method == "session/request_permission":
+            result: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
+            self._out.append(rpc_line({"id": rid, "result": result}))
+        else:
+            error = {"code": METHOD_NOT_FOUND, "message": f"{method} is not offered by this client"}
+            self._out.append(rpc_line({"id": rid, "error": error}))
+
+    def _setup_result(self, obj: dict[str, Any]) -> list[CliEvent]:
+        if "error" in obj:
+            return self._rpc_failure(obj["error"])
+        result = obj.get("result")
+        session = result.get("sessionId") if isinstance(result, dict) else None
+        if obj.get("id") == NEW_SESSION and not self._prompted:
+            if not isinstance(session, str) or not session:
+                return self._fail(Failure(FailureKind.CLI_ERROR, "gemini opened no ACP session"))
+            self._prompted = True
+            params = {"sessionId": session, "prompt": self._blocks}
+            self._out.append(rpc_line({"id": PROMPT, "method": "session/prompt", "params": params}))
+        return []
+
+    def _notification(self, method: str, params: Any) -> list[CliEvent]:
+        if method != "session/update" or not isinstance(params, dict):
+            return []
+        update = params.get("update")
+        if not isinstance(update, dict):
+            return []
+        kind = update.get("sessionUpdate")
+        if kind in ("agent_message_chunk", "agent_thought_chunk"):
+            content = update.get("content")
+            text = content.get("text") if isinstance(content, dict) else None
+            if not isinstance(text, str) or not text:
+                return []
+            if kind == "agent_thought_chunk":
+                # the CLI formats each thought "**subject**\ndescription"; no subject: "****"
+                return [CliThinking(text.removeprefix("****\n"))]
+            self._text_seen = True
+            return [CliText(text)]
+        if kind in ("tool_call", "tool_call_update") and update.get("status") != "failed":
+            # one of the CLI's own tools is running: the seal (no core tools) did not hold
+            title = update.get("title") or update.get("toolCallId") or "a tool"
+            message = f"gemini ran one of its own tools ({title}); the gateway allows none"
+            return self._fail(Failure(FailureKind.INVALID_ANSWER, message))
+        return []
+
+    def _prompt_result(self, obj: dict[str, Any]) -> list[CliEvent]:
+        if "error" in obj:
+            return self._rpc_failure(obj["error"])
         self.done = True
+        result = obj.get("result")
+        result = result if isinstance(result, dict) else {}
         events: list[CliEvent] = []
-        stats = obj.get("stats")
-        if isinstance(stats, dict):
-            # input_tokens includes the implicitly cached part, which ``cached`` counts
-            events.append(
-                UsageReport(
-                    as_int(stats.get("input_tokens")),
-                    as_int(stats.get("output_tokens")),
-                    as_int(stats.get("cached")),
+        usage = _usage(result)
+        if usage is not None:
+            events.append(usage)
+        stop = result.get("stopReason")
+        if stop == "max_tokens":
+            if self._text_seen:
+                self._truncated = True
+                events.append(Truncated("gemini stopped at the token limit (max_tokens)"))
+            else:
+                # 0.61.0 sends max_tokens only when the prompt would overflow the model's
+                # context window (no model call is made); an output cut by MAX_TOKENS
+                # arrives as end_turn (docs/real-clis.md)
+                events += self._fail(
+                    Failure(
+                        FailureKind.CONTEXT_LENGTH,
+                        "gemini: the prompt does not fit the model's context window",
+                    )
                 )
+        elif stop == "max_turn_requests":
+            # the model called a tool; none is enabled, so the CLI refused it, and asking the
+            # model again would pass the one-call limit (capture gemini-own-tool-call)
+            message = (
+                "gemini stopped at its turn limit (max_turn_requests): the model called one "
+                "of the CLI's own tools, which the gateway does not offer"
             )
-        if obj.get("status") not in (None, "success") and not self._truncated:
-            events.extend(self._fail(_message(obj)))
+            events += self._fail(Failure(FailureKind.INVALID_ANSWER, message))
+        elif stop not in (None, "end_turn"):  # refusal, cancelled
+            events += self._fail(Failure(FailureKind.CLI_ERROR, f"gemini stopped: {stop}"))
+        elif self._text_seen and _cut_stream(result):
+            message = "gemini's model stream ended without a finish reason: the answer was cut off"
+            events += self._fail(Failure(FailureKind.CLI_ERROR, message))
         return events
 
-    def _fail(self, message: str) -> list[CliEvent]:
+    def _rpc_failure(self, error: Any) -> list[CliEvent]:
+        """A JSON-RPC error: its code is the upstream HTTP status when there was one."""
+        error = error if isinstance(error, dict) else {}
+        message = error.get("message")
+        message = _upstream_message(message) if isinstance(message, str) and message else ""
+        message = message or "gemini reported an error"
+        failure = classify_failure(message, RELOGIN["gemini"])
+        code = error.get("code")
+        if _NOT_FOUND.search(message):
+            failure = Failure(FailureKind.BAD_REQUEST, message)
+        elif isinstance(code, int) and 400 <= code < 600 and code != 500:
+            failure = Failure(kind_for_status(code, failure.kind), message, failure.retry_after_s)
+        return self._fail(failure)
+
+    def _fail(self, failure: Failure) -> list[CliEvent]:
+        self.done = True
         if self._failed:
             return []
         self._failed = True
-        return [classify_failure(message, RELOGIN["gemini"])]
+        return [failure]
 
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
         if self._failed:
             return []
-        if exit_code != 0:
-            return [exit_failure(exit_code, stderr, "gemini", RELOGIN["gemini"])]
+        if not self.done:
+            if exit_code != 0:
+                return [exit_failure(exit_code, stderr, "gemini", RELOGIN["gemini"])]
+            message = "gemini exited without an answer (no result for the prompt)"
+            return [Failure(FailureKind.CLI_ERROR, message)]
         if not self._text_seen and not self._truncated:
             return [empty_answer("gemini")]
         return []
+
+
+def _usage(result: dict[str, Any]) -> UsageReport | None:
+    meta = result.get("_meta")
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    count = quota.get("token_count") if isinstance(quota, dict) else None
+    if not isinstance(count, dict):
+        return None
+    return UsageReport(as_int(count.get("input_tokens")), as_int(count.get("output_tokens")))
+
+
+def _cut_stream(result: dict[str, Any]) -> bool:
+    """0.61.0 ends a turn whose model stream broke off (no finish reason) as ``end_turn``
+    too, but without that turn's usage: ``model_usage`` is empty (capture gemini-stream-cut;
+    a whole answer always lists its model)."""
+    meta = result.get("_meta")
+    quota = meta.get("quota") if isinstance(meta, dict) else None
+    return isinstance(quota, dict) and quota.get("model_usage") == []
+
+
+def _upstream_message(message: str) -> str:
+    """The API's own message when the CLI passed its error body through as the text."""
+    try:
+        body = json.loads(message)
+    except ValueError:
+        return message
+    err = body.get("error") if isinstance(body, dict) else None
+    inner = err.get("message") if isinstance(err, dict) else None
+    return inner if isinstance(inner, str) and inner else message
+
+
+_NOT_FOUND = re.compile(r"\bmodels?/\S+ is not found|\bmodel\b.*\bnot found\b", re.I)
 
 
 # OpenAI reasoning levels -> Gemini 2.5 thinking budgets (tokens; flash allows 0..24576);
@@ -234,9 +434,6 @@ def _thinking_override(model: str, effort: str) -> dict[str, Any]:
     return {"customOverrides": [{"match": {"model": model}, "modelConfig": config}]}
 
 
-_TRUNCATED = re.compile(r"truncated because it exceeded the token limit", re.I)
-
-
 def _auth_type(path: Path) -> str | None:
     """The user's chosen auth type, the one thing taken from their settings (cached: one
     stat while the file is unchanged)."""
@@ -245,15 +442,3 @@ def _auth_type(path: Path) -> str | None:
     except (KeyError, TypeError):
         return None
     return auth if isinstance(auth, str) else None
-
-
-def _message(obj: dict[str, Any]) -> str:
-    err = obj.get("error")
-    if isinstance(err, dict):
-        msg = err.get("message")
-        if isinstance(msg, str) and msg:
-            return msg
-    if isinstance(err, str) and err:
-        return err
-    msg = obj.get("message")
-    return msg if isinstance(msg, str) and msg else "gemini reported an error"
