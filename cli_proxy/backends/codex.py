@@ -28,11 +28,14 @@ import shutil
 import subprocess
 import tempfile
 import threading
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
 from xml.sax.saxutils import escape
+
+from pydantic import Field
 
 from .. import __version__
 from ..events import (
@@ -284,6 +287,11 @@ class CodexOptions(BackendOptions):
     """The Responses API base URL (``CLI_PROXY_CODEX__BASE_URL``). Default: ChatGPT's codex
     backend for a ChatGPT login, api.openai.com for an API key (``CODEX_API_KEY`` or an
     API-key login). Tests point it at a fake API on loopback."""
+    call_window_s: float = Field(default=0.4, ge=0, le=10)
+    """After a model's call of a client function, how long to wait for more calls of the same
+    response (``parallel_tool_calls``) before the turn is interrupted and the calls handed
+    over (``CLI_PROXY_CODEX__CALL_WINDOW_S``). Codex reports nothing of the response's end
+    while a call is unanswered; 0 hands over the first call at once."""
 
 
 # JSON-RPC ids of our requests: fixed, so a recorded run replays with the same parser.
@@ -407,7 +415,9 @@ class CodexBackend(Backend):
         return self.warm_prefix
 
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> CodexParser:
-        return CodexParser(channel(prompt, request), request.parallel_tool_calls is not False)
+        window = self.options.call_window_s if isinstance(self.options, CodexOptions) else 0.4
+        parallel = request.parallel_tool_calls is not False
+        return CodexParser(channel(prompt, request), parallel, window)
 
 
 def _chatgpt_login(auth: Path) -> bool:
@@ -632,20 +642,28 @@ class CodexParser(StreamParser):
     (when there are earlier turns), then ``turn/start``. Text deltas are answer text as they
     arrive; reasoning summary deltas are thinking. A model call of a client function comes
     as an ``item/tool/call`` request: it becomes a ``CliToolCall`` and is never answered;
-    ``turn/interrupt`` goes out at once and ends the turn with nothing more sent upstream.
-    Codex keeps reading the model's stream for its interrupt grace (~100 ms), and reports
-    nothing of the response's end while a call is unanswered, so the calls of one response
-    that arrive before ``turn/completed`` are all handed over when ``parallel_tool_calls``
-    allows (only the first when it is false); a call the model streams later is lost, and
-    the model makes it again once it sees the results of the others (measured, see
-    tests/data/real-cli/codex-appserver.md). ``turn/completed`` ends the call. A model call
-    of one of codex's own tools shows only on stderr (merged).
+    ``turn/interrupt`` then ends the turn with nothing more sent upstream. With
+    ``parallel_tool_calls: false`` the interrupt goes out at once. Otherwise more calls of
+    the same response may follow, and codex says nothing of the response's end while a call
+    is unanswered (measured: no token usage, no notification for 40 s; an interrupt sent at
+    the first call lost the second one), so the parser waits until no call came for
+    ``call_window_s`` (its ``wake_s`` timer) and then interrupts. ``turn/completed`` ends
+    the call. A model call of one of codex's own tools, or of a name that is no tool at all,
+    shows only on stderr (merged): codex would answer "unsupported call" and ask again.
     """
 
-    def __init__(self, channel: Channel | None = None, parallel: bool = True) -> None:
+    def __init__(
+        self,
+        channel: Channel | None = None,
+        parallel: bool = True,
+        call_window_s: float = 0.4,
+    ) -> None:
         self.done = False
+        self.wake_s = None
         self.channel = channel or Channel({"ephemeral": True})
         self.parallel = parallel
+        self.call_window_s = call_window_s
+        self._call_at = 0.0
         self._out = bytearray()
         self._thread_id: str | None = None
         self._turn_id: str | None = None
@@ -667,6 +685,13 @@ class CodexParser(StreamParser):
         self._out += rpc(msg_id, method, params)
 
     def feed(self, line: bytes) -> list[CliEvent]:
+        events = self._read(line)
+        self._tick()
+        return events
+
+    def _read(self, line: bytes) -> list[CliEvent]:
+        if not line:
+            return []  # our timer (``wake_s``)
         obj = load_json_line(line)
         if obj is None:
             return self._plain(line)
@@ -711,8 +736,7 @@ class CodexParser(StreamParser):
             self._start_turn()
         elif msg_id == TURN_ID:
             turn = result.get("turn")
-            tid = turn.get("id") if isinstance(turn, dict) else None
-            self._turn_id = tid if isinstance(tid, str) else self._turn_id
+            self._turn_id = _str(turn.get("id") if isinstance(turn, dict) else None)
         return []
 
     def _start_turn(self) -> None:
@@ -721,25 +745,41 @@ class CodexParser(StreamParser):
             params["outputSchema"] = self.channel.output_schema
         self._send(TURN_ID, "turn/start", params)
 
-    def _interrupt(self, turn_id: Any) -> None:
+    def _interrupt(self) -> None:
+        """Hand the calls over: the turn ends with nothing more sent upstream."""
+        self.wake_s = None
         if not self._interrupted:
             self._interrupted = True
-            turn = turn_id if isinstance(turn_id, str) else self._turn_id
-            self._send(
-                INTERRUPT_ID, "turn/interrupt", {"threadId": self._thread_id, "turnId": turn}
-            )
+            params = {"threadId": self._thread_id, "turnId": self._turn_id}
+            self._send(INTERRUPT_ID, "turn/interrupt", params)
+
+    def _tick(self) -> None:
+        """After any line or timer: the call window is over when no call came for that long."""
+        if self.wake_s is None or self._interrupted:
+            return
+        left = self._call_at + self.call_window_s - time.monotonic()
+        if left <= 0:
+            self._interrupt()
+        else:
+            self.wake_s = left
 
     # --------------------------------------------------------------- codex's requests
 
     def _request(self, msg_id: Any, method: str, params: dict[str, Any]) -> list[CliEvent]:
         if method == "item/tool/call":
-            if self._failed or self.done or (self._calls and not self.parallel):
+            if self._failed or self._interrupted:
                 return []
             self._calls += 1
+            self._turn_id = self._turn_id or _str(params.get("turnId"))
             name = params.get("tool")
             args = params.get("arguments")
             text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
-            self._interrupt(params.get("turnId"))
+            if self.parallel and self.call_window_s > 0:
+                # more calls of the same response may follow: wait for a quiet window
+                self._call_at = time.monotonic()
+                self.wake_s = self.call_window_s
+            else:
+                self._interrupt()
             return [CliToolCall(str(name), text)]
         # approvals, user input, MCP elicitation...: nothing of the sort may happen sealed
         self._out += (
@@ -835,6 +875,7 @@ class CodexParser(StreamParser):
 
     def _completed(self, turn: Any) -> list[CliEvent]:
         self.done = True
+        self.wake_s = None
         turn = turn if isinstance(turn, dict) else {}
         status = turn.get("status")
         if status == "failed":
@@ -861,6 +902,7 @@ class CodexParser(StreamParser):
         else:
             self._failed = True
         self.done = True
+        self.wake_s = None
         return [failure]
 
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
@@ -880,6 +922,10 @@ class CodexParser(StreamParser):
         if not self._text_seen and not self._calls:
             return [empty_answer("codex")]
         return []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
 
 
 def _error_text(err: dict[str, Any]) -> str:

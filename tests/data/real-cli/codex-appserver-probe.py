@@ -232,7 +232,18 @@ async def run_case(codex: str, case: str, out: Path) -> None:
                 if time.monotonic() - t0 > 30:  # codex may loop (a refused call asked again)
                     timing.append(f"{time.monotonic() - t0:8.3f} !! stopped after 30 s")
                     break
-                line = await asyncio.wait_for(proc.stdout.readline(), 20)
+                try:  # the parser's timer, as the gateway's call honours it
+                    line = await asyncio.wait_for(proc.stdout.readline(), parser.wake_s or 20)
+                    timer = False
+                except TimeoutError:
+                    if parser.wake_s is None:
+                        raise
+                    line, timer = b"", True
+                if timer:
+                    timing.append(f"{time.monotonic() - t0:8.3f} (timer)")
+                    events += [repr(e) for e in parser.feed(b"")]
+                    write(parser.replies())
+                    continue
                 if not line:
                     break
                 text = line.decode().rstrip("\n")
