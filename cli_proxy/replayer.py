@@ -2,16 +2,28 @@
 
 Prints the recorded stdout lines (at the recorded pace times S; 0 = at once),
 writes the recorded stderr, exits with the recorded code. Reads and ignores
-stdin, like the real CLI would consume the prompt.
+stdin in the background, like the real CLI would consume the prompt: a duplex backend
+(codex app-server) keeps stdin open and writes to it as the output is read, so the
+output must not wait for stdin's end.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import sys
+import threading
 import time
 from pathlib import Path
+
+
+def _drain() -> None:
+    try:
+        while os.read(0, 65536):
+            pass
+    except OSError:
+        pass
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -26,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"{args.fixture}: cannot replay fixture: {exc}", file=sys.stderr)
         return 3
-    sys.stdin.read()
+    threading.Thread(target=_drain, daemon=True).start()
     start = time.monotonic()
     out = sys.stdout
     for entry in data["stdout"]:

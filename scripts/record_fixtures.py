@@ -181,7 +181,20 @@ def cases() -> list[Case]:
 def body_for(case: Case, backend: str) -> dict[str, Any]:
     if case.upstream_status:
         return {"messages": user("say hi" + fake(status=case.upstream_status[backend]))}
+    if backend_class(backend).native_tools and "tools" in case.body:
+        return native_body(case.body)
     return case.body
+
+
+def native_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A tool case for a backend whose model calls functions natively (codex app-server): the
+    fake API answers with real function calls (or plain text) instead of the prompt's JSON."""
+    text = body["messages"][-1]["content"]
+    prompt, _, directive = text.partition("@@fake ")
+    answer = json.loads(json.loads(directive)["answer"])
+    calls = answer.get("tool_calls") or ([answer["tool_call"]] if answer.get("tool_call") else [])
+    spec = {"tool_calls": calls} if calls else {"answer": answer["response"]}
+    return {**body, "messages": user(prompt + fake(**spec))}
 
 
 # ------------------------------------------------------------------------- processes
@@ -365,7 +378,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--cli-dir", type=Path, required=True, help="folder with the three CLIs")
     ap.add_argument("--out", type=Path, default=ROOT / "fixtures", help="fixture folder")
+    ap.add_argument(
+        "--only", choices=MODELS, action="append", help="record only these models (repeatable)"
+    )
     args = ap.parse_args(argv)
+    models = tuple(args.only or MODELS)
     cli_dir: Path = args.cli_dir.resolve()
     out: Path = args.out.resolve()
     for name in ("claude", "gemini", "codex"):
@@ -375,7 +392,8 @@ def main(argv: list[str] | None = None) -> int:
 
     out.mkdir(parents=True, exist_ok=True)
     for old in out.glob("*.json"):
-        old.unlink()
+        if any(old.name.startswith(f"{backend_of(m)}-") for m in models):
+            old.unlink()
 
     started = time.monotonic()
     tmp = Path(tempfile.mkdtemp(prefix="cli-proxy-record-"))
@@ -396,7 +414,7 @@ def main(argv: list[str] | None = None) -> int:
         gateway, base_url = start_gateway(tmp, home, fake_url, cli_dir, out)
         print(f"fake model API {fake_url}; gateway {base_url}; recording to {out}", flush=True)
         client = openai.OpenAI(base_url=base_url, api_key="unused", max_retries=0, timeout=120)
-        for model in MODELS:
+        for model in models:
             for case in cases():
                 body = body_for(case, backend_of(model))
                 _key, name = fixture_name(model, body)
@@ -433,7 +451,8 @@ def main(argv: list[str] | None = None) -> int:
         scrub(rec.path, replacements)
         problems += [f"{rec.path.name}: {leak}" for leak in leaks(rec.path, forbidden)]
     store = FixtureStore.load(out)  # every file must load (format, version, key)
-    if len(store) != len(recorded):
+    kept = [p for p in out.glob("*.json") if not any(p == r.path for r in recorded)]
+    if len(store) != len(recorded) + len(kept):
         problems.append(f"{len(recorded)} cases but {len(store)} distinct fixtures in {out}")
     shutil.rmtree(tmp, ignore_errors=True)
 

@@ -299,6 +299,16 @@ INIT_ID, THREAD_ID, INJECT_ID, TURN_ID, INTERRUPT_ID = 1, 2, 3, 4, 5
 CLIENT_NAME = "cli_proxy"  # codex puts it in the upstream originator / user-agent headers
 
 
+QUIET = (
+    "remoteControl/status/changed",  # names the host and its installation id
+    "account/rateLimits/updated",
+    "thread/status/changed",
+    "thread/started",
+    "mcpServer/startupStatus/updated",
+)
+"""Notifications the parser never reads: not sent, not recorded in fixtures."""
+
+
 def rpc(msg_id: int | None, method: str, params: dict[str, Any] | None = None) -> bytes:
     """One JSON-RPC message as app-server reads it: one JSON object per line."""
     obj: dict[str, Any] = {"method": method}
@@ -315,7 +325,7 @@ WARM_PREFIX = rpc(
     {
         "clientInfo": {"name": CLIENT_NAME, "title": "cli-proxy", "version": __version__},
         # dynamicTools (the client's functions as native tools) are an experimental field
-        "capabilities": {"experimentalApi": True},
+        "capabilities": {"experimentalApi": True, "optOutNotificationMethods": list(QUIET)},
     },
 ) + rpc(None, "initialized")
 """What every codex process gets first, warm or cold: nothing in it depends on the request,
@@ -403,6 +413,15 @@ class CodexBackend(Backend):
             "request_max_retries = 0\n"
             "stream_max_retries = 0\n"
         )
+
+    @classmethod
+    def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
+        """From the handshake's user agent: ``cli_proxy/0.169.0 (...)``."""
+        for line in stdout_lines[:5]:
+            m = _USER_AGENT.search(line)
+            if m is not None:
+                return m.group(1)
+        return None
 
     def warm_up(self) -> None:
         """The binary's sealed catalog (``codex debug models``, ~0.1 s and up to 30 s) is made
@@ -609,6 +628,7 @@ CLI_TOOL_ITEMS = frozenset(
         "sleep",
     }
 )
+_USER_AGENT = re.compile(rf'"userAgent":"{CLIENT_NAME}/([0-9][\w.+-]*)')
 _UNSUPPORTED_CALL = re.compile(r"unsupported (?:custom tool )?call: ?([\w.:-]*)")
 _OVERLOADED = re.compile(r"experiencing high demand|server_is_overloaded|slow_down", re.I)
 _TRUNCATED = re.compile(r"max_output_tokens|max output tokens", re.I)
@@ -881,7 +901,7 @@ class CodexParser(StreamParser):
         if status == "failed":
             err = turn.get("error")
             return self._fail(turn_failure(err if isinstance(err, dict) else {}, self._last_error))
-        if status == "interrupted" and not self._interrupted:
+        if status == "interrupted" and not (self._interrupted or self._calls):
             return self._fail(Failure(FailureKind.CLI_ERROR, "codex interrupted the turn"))
         return []
 
