@@ -8,7 +8,11 @@
 2. Burst: 6 concurrent calls (more than the pool holds) with the pool on and off.
 3. Idle cost: RSS and CPU of the ready spares over 5 s.
 
-Usage: ``python bench/warm.py [--rounds 8] [--out bench/warm-results.json]``.
+A duplex CLI (codex app-server) is driven cold by its own parser, as a call drives it: the
+handshake, then the thread and turn its parser sends, until its first text delta.
+
+Usage: ``python bench/warm.py [--rounds 8] [--backends claude,gemini,codex]
+[--out bench/warm-results.json]``.
 """
 
 from __future__ import annotations
@@ -38,13 +42,16 @@ from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 from cli_proxy.server import create_app  # noqa: E402
 from tests.fake_model_api import start_fake_model_api  # noqa: E402
 
-MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash"}
-PAUSE = {"claude": 2.0, "gemini": 4.0}  # lets a spare start between calls
+MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
+PAUSE = {"claude": 2.0, "gemini": 4.0, "codex": 3.0}  # lets a spare start between calls
+TARGET = {"claude": 0.25, "gemini": 0.1, "codex": 0.25}
 
 
 def content_line(backend: str, line: bytes) -> bool:
     if backend == "claude":
         return b'"text_delta"' in line
+    if backend == "codex":
+        return b'"item/agentMessage/delta"' in line
     return b'"role":"assistant"' in line and b'"type":"message"' in line
 
 
@@ -73,10 +80,16 @@ async def direct_ttfb(gw: Gateway, model: str, text: str) -> float:
         assert proc.stdin is not None and proc.stdout is not None
         proc.stdin.write(plan.call.stdin)
         await proc.stdin.drain()
-        proc.stdin.close()
+        parser = plan.call.parser()
+        if not plan.launch.duplex:
+            proc.stdin.close()
         while line := await proc.stdout.readline():
             if content_line(plan.launch.backend, line):
                 return time.perf_counter() - t0
+            if plan.launch.duplex:  # the thread and turn follow the handshake's answer
+                parser.feed(line)
+                proc.stdin.write(parser.replies())
+                await proc.stdin.drain()
         raise RuntimeError("no content from the direct run")
     finally:
         await kill_tree(proc, 1.0)
@@ -113,11 +126,11 @@ async def serve(settings: Settings) -> tuple[Gateway, web.AppRunner, AsyncOpenAI
     return gw, runner, client
 
 
-async def burst(settings: Settings, model: str, n: int) -> dict[str, float]:
+async def burst(settings: Settings, backend: str, model: str, n: int) -> dict[str, float]:
     _gw, runner, client = await serve(settings)
     try:
         await gateway_ttfb(client, model, "prime @@fake {}")  # a spare may follow
-        await asyncio.sleep(PAUSE[model.split("-")[0]])
+        await asyncio.sleep(PAUSE[backend])
         t0 = time.perf_counter()
         ttfb = await asyncio.gather(*(gateway_ttfb(client, model, f"burst {i}") for i in range(n)))
         return {
@@ -133,7 +146,9 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0] if __doc__ else None)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--out", default=str(ROOT / "bench" / "warm-results.json"))
+    ap.add_argument("--backends", default=",".join(MODELS), help="comma-separated")
     args = ap.parse_args()
+    models = {b: MODELS[b] for b in args.backends.split(",")}
     clis = cli_dir()
     api = await start_fake_model_api()
     point_clis_at(api.url)
@@ -142,6 +157,7 @@ async def main() -> None:
         "port": 0,
         "claude_bin": str(clis / "claude"),
         "gemini_bin": str(clis / "gemini"),
+        "codex": {"bin": str(clis / "codex"), "base_url": api.url + "/v1"},
         "max_concurrency": 8,
         "timeout_s": 60,
     }
@@ -149,7 +165,7 @@ async def main() -> None:
     gw, runner, client = await serve(Settings(**base))
     results["containment"] = gw.launcher.describe()
     try:
-        for backend, model in MODELS.items():
+        for backend, model in models.items():
             await gateway_ttfb(client, model, "prime")  # the first call starts cold
             warm, cold = [], []
             for i in range(args.rounds):
@@ -164,14 +180,14 @@ async def main() -> None:
                 "median_cold_s": round(statistics.median(cold), 4),
                 "ratio_warm_to_cold": round(ratio, 3),
             }
-        await asyncio.sleep(PAUSE["gemini"])
+        await asyncio.sleep(max(PAUSE[b] for b in models))
         results["idle_spares"] = await asyncio.to_thread(spare_cost, gw)
     finally:
         await client.close()
         await runner.cleanup()
-    for backend, model in MODELS.items():
-        on = await burst(Settings(**base), model, 6)
-        off = await burst(Settings(**base, warm_pool=False), model, 6)
+    for backend, model in models.items():
+        on = await burst(Settings(**base), backend, model, 6)
+        off = await burst(Settings(**base, warm_pool=False), backend, model, 6)
         results[f"{backend}_burst6"] = {
             "pool_on": on,
             "pool_off": off,
@@ -180,9 +196,9 @@ async def main() -> None:
     await api.close()
     Path(args.out).write_text(json.dumps(results, indent=1))
     print(f"containment: {results['containment']}")
-    for backend in MODELS:
+    for backend in models:
         r = results[backend]
-        target = 0.25 if backend == "claude" else 0.1
+        target = TARGET[backend]
         warm_ms, cold_ms = r["median_warm_s"] * 1000, r["median_cold_s"] * 1000
         print(
             f"{backend}: first content through the gateway (warm) {warm_ms:.0f} ms"
