@@ -403,3 +403,29 @@ def test_parser_collects_calls_then_interrupts() -> None:
 
 def test_backend_flags() -> None:
     assert CodexBackend.duplex and CodexBackend.native_tools and CodexBackend.accepts_images
+
+
+@pytest.mark.parametrize(
+    ("response_format", "schema_on_channel"),
+    [
+        ({"type": "json_object"}, False),
+        (
+            {"type": "json_schema", "json_schema": {"name": "p", "schema": {"type": "object"}}},
+            False,
+        ),
+        (
+            {
+                "type": "json_schema",
+                "json_schema": {"name": "p", "strict": True, "schema": {"type": "object"}},
+            },
+            True,
+        ),
+    ],
+)
+def test_channel_response_format(response_format: Any, schema_on_channel: bool) -> None:
+    """Only a strict schema goes through ``outputSchema`` (codex always sends it strict); the
+    others keep the prompt's JSON rule, in the developer instructions."""
+    ch = plan_channel({"messages": user("hi"), "response_format": response_format})
+    assert (ch.output_schema is not None) is schema_on_channel
+    developer = ch.thread.get("developerInstructions", "")
+    assert ("<json_format>" in developer) is not schema_on_channel
