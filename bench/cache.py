@@ -92,6 +92,7 @@ def point_clis_at(url: str) -> None:
         DISABLE_TELEMETRY="1",
         CLAUDE_CODE_MAX_RETRIES="0",
         GEMINI_API_KEY="bench",
+        CODEX_API_KEY="bench",
         GOOGLE_GEMINI_BASE_URL=url,
     )
 

@@ -8,7 +8,11 @@
 2. Burst: 6 concurrent calls (more than the pool holds) with the pool on and off.
 3. Idle cost: RSS and CPU of the ready spares over 5 s.
 
-Usage: ``python bench/warm.py [--rounds 8] [--out bench/warm-results.json]``.
+A duplex CLI (codex app-server) is driven cold by its own parser, as a call drives it: the
+handshake, then the thread and turn its parser sends, until its first text delta.
+
+Usage: ``python bench/warm.py [--rounds 8] [--backends claude,gemini,codex]
+[--out bench/warm-results.json]``.
 """
 
 from __future__ import annotations
@@ -39,8 +43,9 @@ from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 from cli_proxy.server import create_app  # noqa: E402
 from tests.fake_model_api import start_fake_model_api  # noqa: E402
 
-MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash"}
-PAUSE = {"claude": 2.0, "gemini": 4.0}  # lets a spare start between calls
+MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
+PAUSE = {"claude": 2.0, "gemini": 4.0, "codex": 3.0}  # lets a spare start between calls
+TARGET = {"claude": 0.25, "gemini": 0.1, "codex": 0.25}
 
 
 async def gateway_ttfb(client: AsyncOpenAI, model: str, text: str) -> float:
@@ -117,11 +122,11 @@ async def serve(settings: Settings) -> tuple[Gateway, web.AppRunner, AsyncOpenAI
     return gw, runner, client
 
 
-async def burst(settings: Settings, model: str, n: int) -> dict[str, float]:
+async def burst(settings: Settings, backend: str, model: str, n: int) -> dict[str, float]:
     _gw, runner, client = await serve(settings)
     try:
         await gateway_ttfb(client, model, "prime @@fake {}")  # a spare may follow
-        await asyncio.sleep(PAUSE[model.split("-")[0]])
+        await asyncio.sleep(PAUSE[backend])
         t0 = time.perf_counter()
         ttfb = await asyncio.gather(*(gateway_ttfb(client, model, f"burst {i}") for i in range(n)))
         return {
@@ -138,9 +143,10 @@ async def main() -> None:
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--out", default=str(ROOT / "bench" / "warm-results.json"))
     ap.add_argument("--only", choices=sorted(MODELS), help="one backend (default: all)")
+    ap.add_argument("--backends", default=",".join(MODELS), help="comma-separated")
     ap.add_argument("--no-burst", action="store_true", help="skip the burst rows")
     args = ap.parse_args()
-    models = {args.only: MODELS[args.only]} if args.only else MODELS
+    models = {b: MODELS[b] for b in ([args.only] if args.only else args.backends.split(","))}
     clis = cli_dir()
     api = await start_fake_model_api()
     point_clis_at(api.url)
@@ -149,6 +155,7 @@ async def main() -> None:
         "port": 0,
         "claude_bin": str(clis / "claude"),
         "gemini_bin": str(clis / "gemini"),
+        "codex": {"bin": str(clis / "codex"), "base_url": api.url + "/v1"},
         "max_concurrency": 8,
         "timeout_s": 60,
     }
@@ -171,14 +178,14 @@ async def main() -> None:
                 "median_cold_s": round(statistics.median(cold), 4),
                 "ratio_warm_to_cold": round(ratio, 3),
             }
-        await asyncio.sleep(PAUSE["gemini"])
+        await asyncio.sleep(max(PAUSE[b] for b in models))
         results["idle_spares"] = await asyncio.to_thread(spare_cost, gw)
     finally:
         await client.close()
         await runner.cleanup()
     for backend, model in {} if args.no_burst else models.items():
-        on = await burst(Settings(**base), model, 6)
-        off = await burst(Settings(**base, warm_pool=False), model, 6)
+        on = await burst(Settings(**base), backend, model, 6)
+        off = await burst(Settings(**base, warm_pool=False), backend, model, 6)
         results[f"{backend}_burst6"] = {
             "pool_on": on,
             "pool_off": off,
@@ -189,7 +196,7 @@ async def main() -> None:
     print(f"containment: {results['containment']}")
     for backend in models:
         r = results[backend]
-        target = 0.25 if backend == "claude" else 0.1
+        target = TARGET[backend]
         warm_ms, cold_ms = r["median_warm_s"] * 1000, r["median_cold_s"] * 1000
         print(
             f"{backend}: first content through the gateway (warm) {warm_ms:.0f} ms"

@@ -272,8 +272,8 @@ class Call:
 
         # After a failure the CLI is left to exit by itself (it is about to), so its
         # exit code and stderr are known and the run can be recorded faithfully.
-        async for line in run.lines():
-            if self.sink is not None:
+        async for line in run.lines(lambda: parser.wake_s):
+            if self.sink is not None and line:  # b"": the parser's timer, not a line
                 self.sink.line(line)
             events = consume(parser.feed(line))
             run.send(parser.replies())  # a duplex protocol's next messages, in order

@@ -89,6 +89,9 @@ class StreamParser:
     open until the parser is done (``Backend.duplex``)."""
 
     done: bool = False
+    wake_s: float | None = None
+    """When set, the call feeds ``b""`` if no line arrives within that many seconds: a duplex
+    parser's timer (codex: collect a response's parallel tool calls, then interrupt)."""
 
     def feed(self, line: bytes) -> list[CliEvent]:
         raise NotImplementedError

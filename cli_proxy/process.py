@@ -13,7 +13,7 @@ import contextlib
 import os
 import signal
 import time
-from collections.abc import AsyncIterator, Sequence
+from collections.abc import AsyncIterator, Callable, Sequence
 from dataclasses import dataclass
 from typing import Protocol
 
@@ -145,16 +145,22 @@ class CliRun:
             if len(self._stderr) > 2 * _STDERR_KEEP:
                 del self._stderr[:-_STDERR_KEEP]
 
-    async def lines(self) -> AsyncIterator[bytes]:
-        """Yield stdout lines; raise ``CliTimeout`` on the total or idle timeout."""
+    async def lines(self, wake: Callable[[], float | None] | None = None) -> AsyncIterator[bytes]:
+        """Yield stdout lines; raise ``CliTimeout`` on the total or idle timeout. ``wake``: how
+        long the reader may wait now before it yields ``b""`` instead (a parser's timer)."""
         stdout = self.proc.stdout
         assert stdout is not None
         while True:
             remaining = self.deadline - time.monotonic()
             wait = min(self.limits.idle_timeout_s, remaining)
+            tick = wake() if wake is not None else None
+            limit = wait if tick is None else min(tick, wait)
             try:
-                line = await asyncio.wait_for(stdout.readline(), timeout=max(wait, 0.0))
+                line = await asyncio.wait_for(stdout.readline(), timeout=max(limit, 0.0))
             except TimeoutError:
+                if limit < wait:  # the parser's timer, not a time-out (readline keeps data)
+                    yield b""
+                    continue
                 total = remaining <= self.limits.idle_timeout_s
                 self.stats.killed = "timeout" if total else "idle_timeout"
                 await self.kill()

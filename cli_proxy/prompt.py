@@ -102,6 +102,13 @@ class Prompt:
         return out
 
     @property
+    def head(self) -> str:
+        """The ``<instructions>`` and ``<system_context>`` blocks, without the history (a
+        backend that sends the turns as its channel's own items sends these beside them).
+        Client text is escaped, so the first ``<conversation_history>`` is ours."""
+        return self.blocks[0].partition("<conversation_history>")[0]
+
+    @property
     def cache_block(self) -> int | None:
         return len(self.blocks) - 2 if len(self.blocks) > 2 else None
 
@@ -172,12 +179,14 @@ def _tool_instructions(req: ChatCompletionRequest, opts: PromptOptions) -> etree
     _sub(root, "json_format", fmt)
     rules = etree.SubElement(root, "rules")
     rules.text = "\n"
-    for rule in (*BASE_RULES, *_choice_rules(req, parallel)):
+    for rule in (*BASE_RULES, *choice_rules(req, parallel)):
         _sub(rules, "rule", rule).tail = "\n"
     return _indent(root)
 
 
-def _choice_rules(req: ChatCompletionRequest, parallel: bool) -> list[str]:
+def choice_rules(req: ChatCompletionRequest, parallel: bool) -> list[str]:
+    """What ``parallel_tool_calls`` and ``tool_choice`` ask of the model, as prompt rules (for
+    a CLI channel that carries the tools but not these choices too)."""
     out = []
     if not parallel:
         out.append("Call at most one function per answer.")
@@ -386,6 +395,10 @@ def _flatten(content: Content) -> str:
         else:
             parts.append(f"[{part.type} attachment omitted: this model receives text only]")
     return "\n".join(parts)
+
+
+flatten = _flatten
+"""Message content as plain text (images and attachments as placeholders)."""
 
 
 def _image_placeholder(url: str) -> str:

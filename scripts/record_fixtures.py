@@ -182,7 +182,20 @@ def cases() -> list[Case]:
 def body_for(case: Case, backend: str) -> dict[str, Any]:
     if case.upstream_status:
         return {"messages": user("say hi" + fake(status=case.upstream_status[backend]))}
+    if backend_class(backend).native_tools and "tools" in case.body:
+        return native_body(case.body)
     return case.body
+
+
+def native_body(body: dict[str, Any]) -> dict[str, Any]:
+    """A tool case for a backend whose model calls functions natively (codex app-server): the
+    fake API answers with real function calls (or plain text) instead of the prompt's JSON."""
+    text = body["messages"][-1]["content"]
+    prompt, _, directive = text.partition("@@fake ")
+    answer = json.loads(json.loads(directive)["answer"])
+    calls = answer.get("tool_calls") or ([answer["tool_call"]] if answer.get("tool_call") else [])
+    spec = {"tool_calls": calls} if calls else {"answer": answer["response"]}
+    return {**body, "messages": user(prompt + fake(**spec))}
 
 
 # ------------------------------------------------------------------------- processes

@@ -66,6 +66,9 @@ Responses API (codex) only:
   reasoning      a reasoning summary text sent before the answer
   cli_tool_call  answer with a ``function_call`` of this name (one of the CLI's own tools,
                  e.g. ``exec_command``) instead of text; ``cli_tool_args`` its arguments
+  tool_calls     answer with these function calls instead of text: a list of
+                 ``{"name", "arguments"}`` (the client's functions, declared as native tools);
+                 ``delay`` spaces them
   error_type     the OpenAI error ``type`` of a ``status`` error (``usage_limit_reached``
                  gives ChatGPT's usage-limit body, with ``resets_in_seconds`` = retry_after)
 
@@ -762,20 +765,28 @@ class FakeModelAPI:
             await event("response.output_item.done", {"output_index": 0, "item": item})
             output.append(item)
         idx = len(output)
+        calls: list[tuple[str, Any]] = []
         if isinstance(d.get("cli_tool_call"), str):
             args = d.get("cli_tool_args", {"cmd": "touch CANARY-cli-tool-call"})
+            calls.append((d["cli_tool_call"], args))
+        for call in d.get("tool_calls") or [] if isinstance(d.get("tool_calls"), list) else []:
+            if isinstance(call, dict) and isinstance(call.get("name"), str):
+                calls.append((call["name"], call.get("arguments", {})))
+        for k, (name, args) in enumerate(calls):
+            if k and plan.delay:
+                await asyncio.sleep(plan.delay)
             item = {
-                "id": f"fc_fake_{n}",
+                "id": f"fc_fake_{n}_{k}" if k else f"fc_fake_{n}",
                 "type": "function_call",
                 "status": "completed",
-                "call_id": f"call_fake_{n}",
-                "name": d["cli_tool_call"],
+                "call_id": f"call_fake_{n}_{k}" if k else f"call_fake_{n}",
+                "name": name,
                 "arguments": args if isinstance(args, str) else json.dumps(args),
             }
-            await event("response.output_item.added", {"output_index": idx, "item": item})
-            await event("response.output_item.done", {"output_index": idx, "item": item})
+            await event("response.output_item.added", {"output_index": idx + k, "item": item})
+            await event("response.output_item.done", {"output_index": idx + k, "item": item})
             output.append(item)
-        else:
+        if not calls:
             mid = f"msg_fake_{n}"
             item = {
                 "id": mid,

@@ -29,7 +29,15 @@ from cli_proxy.backends.codex import (
     seal_catalog,
 )
 from cli_proxy.errors import api_error
-from cli_proxy.events import CliEvent, CliText, CliThinking, Failure, Truncated, UsageReport
+from cli_proxy.events import (
+    CliEvent,
+    CliText,
+    CliThinking,
+    CliToolCall,
+    Failure,
+    Truncated,
+    UsageReport,
+)
 from cli_proxy.failures import CliFailed, FailureKind
 from cli_proxy.routing import route
 
@@ -45,6 +53,7 @@ class Conformance:
     captures: dict[str, str]  # case -> capture stem in tests/data/real-cli
     model: str  # a model name that routes to the backend
     tools_off: Callable[[list[str], dict[str, bytes]], bool]  # argv, work-dir files
+    model_of: Callable[[list[str]], str]  # the model the argv asks for
     auth_env: str  # a variable the CLI needs, which its env allowlist must pass
     known_limits: dict[str, str] = field(default_factory=dict)  # case -> why it is not met
 
@@ -65,14 +74,23 @@ def _gemini_tools_off(argv: list[str], files: dict[str, bytes]) -> bool:
 def _codex_tools_off(argv: list[str], files: dict[str, bytes]) -> bool:
     disabled = {argv[i + 1] for i, a in enumerate(argv) if a == "--disable"}
     config = {argv[i + 1] for i, a in enumerate(argv) if a == "--config"}
-    # the sealed catalog and base instructions live in the private home (tested below)
+    # the sealed catalog and base instructions live in the private home (tested below); the
+    # thread is ephemeral (CodexParser sends thread/start with ephemeral: true)
     return (
-        argv[argv.index("exec") + 1] == "--json"
-        and {"--strict-config", "--ephemeral"} <= set(argv)
+        argv[argv.index("app-server") + 1] == "--strict-config"
         and set(DISABLED_FEATURES) <= disabled
         and set(SEALED_CONFIG) <= config
-        and argv[argv.index("--sandbox") + 1] == "read-only"
+        and 'sandbox_mode="read-only"' in config
     )
+
+
+def _flag_model(argv: list[str]) -> str:
+    return argv[argv.index("--model") + 1]
+
+
+def _codex_model(argv: list[str]) -> str:
+    (model,) = [a[len("model=") :] for a in argv if a.startswith("model=")]
+    return str(json.loads(model))
 
 
 CONFORMANCE: dict[str, Conformance] = {
@@ -88,6 +106,7 @@ CONFORMANCE: dict[str, Conformance] = {
         },
         model="claude-sonnet-4-6",
         tools_off=_claude_tools_off,
+        model_of=_flag_model,
         auth_env="ANTHROPIC_API_KEY",
     ),
     "gemini": Conformance(
@@ -101,6 +120,7 @@ CONFORMANCE: dict[str, Conformance] = {
         },
         model="gemini-2.5-flash",
         tools_off=_gemini_tools_off,
+        model_of=_flag_model,
         auth_env="GEMINI_API_KEY",
         known_limits={
             # ACP 0.61.0 drops the model's finishReason: an output cut by MAX_TOKENS ends
@@ -110,17 +130,20 @@ CONFORMANCE: dict[str, Conformance] = {
         },
     ),
     "codex": Conformance(
-        captures={  # codex 0.169.0 against tests/fake_model_api.py (sealing/codex-capture.py)
-            "text": "codex-text",
-            "tool_call": "codex-json-toolcall",
-            "auth": "codex-401-noretry",
-            "rate_limit": "codex-429-noretry",
-            "overloaded": "codex-503-noretry",
-            "empty": "codex-empty-answer",
-            "token_limit": "codex-max-tokens",
+        # codex 0.169.0 app-server against tests/fake_model_api.py, driven by the backend's
+        # own parser (codex-appserver-probe.py)
+        captures={
+            "text": "codex-as-text",
+            "tool_call": "codex-as-toolcall",
+            "auth": "codex-as-401",
+            "rate_limit": "codex-as-429",
+            "overloaded": "codex-as-503",
+            "empty": "codex-as-empty",
+            "token_limit": "codex-as-max-tokens",
         },
         model="gpt-5.5",
         tools_off=_codex_tools_off,
+        model_of=_codex_model,
         auth_env="CODEX_API_KEY",
     ),
 }
@@ -173,9 +196,17 @@ def test_text(backend: str) -> None:
 
 
 @pytest.mark.parametrize("backend", BUILTIN)
-def test_tool_call_json_passes_through(backend: str) -> None:
+def test_tool_call(backend: str) -> None:
+    """Prompt-JSON backends pass the model's JSON through as text (the answer parser reads
+    it); a native-tools backend reports the call itself, with no text."""
     events = capture(backend, "tool_call")
-    assert '"tool_call"' in text_of(events) and not failures_of(events)
+    assert not failures_of(events)
+    if backend_class(backend).native_tools:
+        calls = [e for e in events if isinstance(e, CliToolCall)]
+        assert [c.name for c in calls] == ["get_weather"] and text_of(events) == ""
+        assert json.loads(calls[0].arguments) == {"city": "Paris"}
+    else:
+        assert '"tool_call"' in text_of(events)
 
 
 @pytest.mark.parametrize(
@@ -208,7 +239,7 @@ def test_argv_has_the_clis_tools_off(backend: str) -> None:
     b = make(backend)
     argv = b.argv(LaunchOptions(model=CONFORMANCE[backend].model))
     assert argv[:2] == ["/opt/cli", "--flag"]
-    assert argv[argv.index("--model") + 1] == CONFORMANCE[backend].model
+    assert CONFORMANCE[backend].model_of(argv) == CONFORMANCE[backend].model
     assert not {"--resume", "--continue", "-r", "-c"} & set(argv)
     files = dict(b.workdir_files(LaunchOptions(model=CONFORMANCE[backend].model)))
     assert CONFORMANCE[backend].tools_off(argv, files)
@@ -327,91 +358,111 @@ def test_gemini_usage_and_token_limit_as_0_61_reports_them() -> None:
     assert kinds == [FailureKind.EMPTY_ANSWER]
 
 
-def codex_replay(stem: str) -> list[CliEvent]:
-    return replay(CodexParser(), stem)
+def codex_replay(stem: str, parallel: bool = True) -> list[CliEvent]:
+    # replayed lines come at once: every recorded call falls inside the call window
+    return replay(CodexParser(parallel=parallel), stem)
 
 
 def test_codex_500_is_an_overload() -> None:
-    # codex replaces a 5xx body with a generic "high demand" text
-    assert [f.kind for f in failures_of(codex_replay("codex-500-noretry"))] == [
-        FailureKind.OVERLOADED
-    ]
+    # codex replaces a 5xx body with a generic "high demand" text (internalServerError)
+    assert [f.kind for f in failures_of(codex_replay("codex-as-500"))] == [FailureKind.OVERLOADED]
 
 
 def test_codex_usage_limit_is_a_rate_limit() -> None:
-    failures = failures_of(codex_replay("codex-429-usage-limit"))
+    failures = failures_of(codex_replay("codex-as-usage-limit"))
     assert [f.kind for f in failures] == [FailureKind.RATE_LIMITED]
     assert "usage limit" in failures[0].message
+    # codex drops the upstream Retry-After (7 s in codex-as-429, 120 s here): no wait to pass on
+    assert failures[0].retry_after_s is None
 
 
-def test_codex_stream_failure_is_a_cli_error() -> None:
-    events = codex_replay("codex-stream-error")
+def test_codex_stream_failure_is_a_cli_error_after_the_text_so_far() -> None:
+    events = codex_replay("codex-as-stream-error")
     assert [f.kind for f in failures_of(events)] == [FailureKind.CLI_ERROR]
-    assert text_of(events) == ""
+    assert text_of(events) == "partial"  # streamed before the failure (the call then fails)
 
 
-def test_codex_reasoning_is_not_answer_text() -> None:
-    events = codex_replay("codex-reasoning")
+def test_codex_reasoning_is_thinking_not_answer_text() -> None:
+    events = codex_replay("codex-as-reasoning")
     assert text_of(events) == "After thinking: 42." and not failures_of(events)
-
-
-def test_codex_unknown_model_warning_is_not_a_failure() -> None:
-    events = codex_replay("codex-unknown-model")
-    assert text_of(events) == "OK" and not failures_of(events)
+    assert [e.text for e in events if isinstance(e, CliThinking)] == ["Let me think."]
 
 
 def test_codex_usage_counts_cached_tokens() -> None:
-    usage = [e for e in codex_replay("codex-text") if isinstance(e, UsageReport)]
-    assert usage == [UsageReport(31, 7, 3)]
+    usage = [e for e in codex_replay("codex-as-text") if isinstance(e, UsageReport)]
+    assert usage == [UsageReport(14, 5, 5, 0)]
 
 
-def test_codex_empty_truncated_answer_is_length_not_failure() -> None:
-    events = codex_replay("codex-max-tokens-empty")
-    assert [type(e) for e in events if isinstance(e, Truncated | Failure)] == [Truncated]
+def test_codex_text_streams_as_deltas() -> None:
+    events = codex_replay("codex-as-stream8")
+    assert [e.text for e in events if isinstance(e, CliText)] == [
+        "one t",
+        "wo th",
+        "ree f",
+        "our f",
+        "ive s",
+        "ix se",
+        "ven e",
+        "ight",
+    ]
 
 
-def test_codex_cli_tool_call_loop_reported_from_stderr() -> None:
-    """The real loop: stdout says nothing, stderr names the call; killed by a timeout."""
+def test_codex_parallel_calls_are_collected() -> None:
+    events = codex_replay("codex-as-toolcall-parallel")
+    names = sorted(e.name for e in events if isinstance(e, CliToolCall))
+    assert names == ["get_time", "get_weather"] and not failures_of(events)
+    single = codex_replay("codex-as-toolcall-single", parallel=False)
+    assert [e.name for e in single if isinstance(e, CliToolCall)] == ["get_weather"]
+
+
+@pytest.mark.parametrize(
+    ("stem", "name"), [("cli-tool", "exec_command"), ("toolcall-unknown", "no_such_tool")]
+)
+def test_codex_refused_call_ends_the_call_on_the_first_merged_stderr_line(
+    stem: str, name: str
+) -> None:
+    """Codex answers the model "unsupported call" and asks again without end; it says so only
+    on stderr, merged into stdout: the first such line ends the call."""
     parser = CodexParser()
-    for line in (REAL / "codex-cli-tool-call-loop.stdout.jsonl").read_bytes().splitlines():
-        assert parser.feed(line) == []
-    events = parser.finish(-9, (REAL / "codex-cli-tool-call-loop.stderr.txt").read_text())
-    assert [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
-    assert "exec_command" in failures_of(events)[0].message
-    assert api_error(CliFailed(FailureKind.INVALID_ANSWER, "x")).status == 502
-
-
-def test_codex_cli_tool_call_ends_the_call_on_the_first_merged_stderr_line() -> None:
-    """With stderr merged into stdout the first "unsupported call" line ends the call."""
-    parser = CodexParser()
-    stderr = (REAL / "codex-cli-tool-call-loop.stderr.txt").read_bytes().splitlines()
-    assert parser.feed(b'{"type":"turn.started"}') == [] and parser.feed(stderr[0]) == []
-    events = parser.feed(stderr[1])
-    assert parser.done and [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
-    assert parser.feed(stderr[2]) == [] and parser.finish(0, "") == []
-
-
-def test_codex_tool_item_ends_the_call() -> None:
-    """Unsealed, a tool runs and shows as a command_execution item: never let it pass."""
-    parser = CodexParser()
-    path = REAL / "sealing" / "codex-toolcall-exec_command-unsealed-danger.stdout.jsonl"
     events: list[CliEvent] = []
-    for line in path.read_bytes().splitlines():
+    for line in (REAL / f"codex-as-{stem}.stdout.jsonl").read_bytes().splitlines():
         events += parser.feed(line)
         if parser.done:
             break
+    assert parser.done and [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
+    assert name in failures_of(events)[0].message and text_of(events) == ""
+    assert api_error(CliFailed(FailureKind.INVALID_ANSWER, "x")).status == 502
+
+
+def test_codex_tool_item_ends_the_call() -> None:
+    """Unsealed, a codex tool would run and show as a commandExecution item: never let it pass."""
+    parser = CodexParser()
+    item = {"type": "commandExecution", "id": "c", "command": "touch x", "status": "inProgress"}
+    events = parser.feed(json.dumps({"method": "item/started", "params": {"item": item}}).encode())
+    assert parser.done and [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
+
+
+def test_codex_approval_request_is_refused_and_fails_the_call() -> None:
+    parser = CodexParser()
+    request = {"id": 7, "method": "item/commandExecution/requestApproval", "params": {}}
+    events = parser.feed(json.dumps(request).encode())
     assert [f.kind for f in failures_of(events)] == [FailureKind.INVALID_ANSWER]
-    assert "command_execution" in failures_of(events)[0].message and text_of(events) == ""
+    reply = json.loads(parser.replies())
+    assert reply["id"] == 7 and "error" in reply
 
 
-def test_codex_item_updated_streams_only_new_text() -> None:
+def test_codex_item_completed_fills_in_missing_deltas() -> None:
     parser = CodexParser()
     lines = [
-        {"type": "item.started", "item": {"id": "i", "type": "agent_message", "text": ""}},
-        {"type": "item.updated", "item": {"id": "i", "type": "agent_message", "text": "Hel"}},
-        {"type": "item.updated", "item": {"id": "i", "type": "agent_message", "text": "Hello"}},
-        {"type": "item.completed", "item": {"id": "i", "type": "agent_message", "text": "Hello"}},
-        {"type": "item.completed", "item": {"id": "j", "type": "agent_message", "text": "Bye"}},
+        {"method": "item/agentMessage/delta", "params": {"itemId": "i", "delta": "Hel"}},
+        {
+            "method": "item/completed",
+            "params": {"item": {"id": "i", "type": "agentMessage", "text": "Hello"}},
+        },
+        {
+            "method": "item/completed",
+            "params": {"item": {"id": "j", "type": "agentMessage", "text": "Bye"}},
+        },
     ]
     deltas = [e for line in lines for e in parser.feed(json.dumps(line).encode())]
     assert deltas == [CliText("Hel"), CliText("lo"), CliText("\n\nBye")]

@@ -1,6 +1,6 @@
 """The REAL codex binary behind the gateway, against the fake Responses API on loopback.
 
-openai SDK -> gateway (in-process, real HTTP) -> real ``codex exec`` -> the OpenAI Responses
+openai SDK -> gateway (in-process, real HTTP) -> real ``codex app-server`` -> the OpenAI Responses
 endpoint of tests/fake_model_api.py. Nothing leaves the machine: the gateway's HOME is a
 temp dir, the key is a dummy ``CODEX_API_KEY`` and the backend's ``base_url`` option points
 codex's provider at the fake.
@@ -29,7 +29,8 @@ from cli_proxy.gateway import Gateway, live_backends
 
 from .conftest import Served, ServeFactory, fake
 from .fake_model_api import FakeModelAPI, responses_texts, start_fake_model_api
-from .test_chat import CALL, TIME, WEATHER
+from .test_chat import TIME, WEATHER
+from .test_images import JPEG, PNG, data_url, image_part
 from .test_real_cli import real_cli_dir
 from .test_sealed_processes import LAUNCHERS
 
@@ -53,8 +54,7 @@ pytestmark = [
 # Variables that would send codex elsewhere than the fake API or to another login.
 FOREIGN_ENV = ("CODEX_HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY")
 FOREIGN_ENV += ("https_proxy", "http_proxy", "RUST_LOG")
-"""A codex command line whose stderr reaches the gateway as stdout lines (see
-docs/real-clis.md): codex reports a model's call to its own tools only on stderr."""
+PARIS = {"name": "get_weather", "arguments": {"city": "Paris"}}
 
 
 class Codex:
@@ -149,28 +149,26 @@ async def sealed(
         await api.close()
 
 
-def assert_sealed_request(body: dict[str, Any], system_prompt: str = "minimal") -> None:
-    """No tool of codex's own, in either form, and only our instructions beside the prompt
-    (``cli``: codex's own instructions for the model, which name AGENTS.md as a concept)."""
-    assert not body.get("tools"), body.get("tools")
+def assert_sealed_request(body: dict[str, Any], functions: tuple[dict[str, Any], ...] = ()) -> None:
+    """No tool of codex's own, in either form: only the client's functions, as plain function
+    tools with their schemas unchanged; only our instructions beside the conversation."""
+    declared = [
+        {"type": "function", "name": f["name"], "parameters": f["parameters"]}
+        for f in (t["function"] for t in functions)
+    ]
+    tools = [{k: t.get(k) for k in ("type", "name", "parameters")} for t in body.get("tools") or []]
+    assert tools == declared, body.get("tools")
     items = body["input"]
     assert not [i for i in items if i.get("type") == "additional_tools"], items
     assert not [i for i in items if "tool" in str(i.get("type"))], items
-    developer = [c for i in items if i.get("role") == "developer" for c in i["content"]]
-    # codex sends its instructions twice for some catalog models (gpt-6.1-sol, gpt-5.6-luna;
-    # those with use_responses_lite): each copy is the same text
-    texts = {c["text"].strip() for c in developer if c.get("type") == "input_text"}
-    assert len(texts) == 1 and len(developer) in (1, 2), developer
-    (text,) = texts
-    if system_prompt == "cli":
-        assert "Codex" in text and text != BASE_INSTRUCTIONS.strip()
-    else:
-        assert text == BASE_INSTRUCTIONS.strip()
-        assert "AGENTS.md" not in json.dumps(body)
-    assert [i.get("role") for i in items if i.get("type") == "message"][-1] == "user"
-    sent = json.dumps(body)
-    assert "AGENTS.md instructions for" not in sent and "<INSTRUCTIONS>" not in sent
-    assert "environment_context" not in sent
+    developer = [i for i in items if i.get("role") == "developer"]
+    assert developer[0]["content"] == [{"type": "input_text", "text": BASE_INSTRUCTIONS.strip()}]
+    for item in developer[1:]:  # the request's own system context and rules (ours)
+        text = item["content"][0]["text"]
+        assert text == BASE_INSTRUCTIONS.strip() or text.startswith(
+            ("<system_context>", "<rules>", "<instructions>")
+        )
+    assert "AGENTS.md" not in json.dumps(body) and "environment_context" not in json.dumps(body)
 
 
 def user(text: str) -> list[ChatCompletionMessageParam]:
@@ -190,101 +188,152 @@ async def test_text_answer(codex: Codex) -> None:
     body, text = codex.only_request()
     assert body["model"] == MODEL
     assert_sealed_request(body)
-    assert "<conversation_history>" in text and "say hi" in text
+    assert text.startswith("say hi")  # the user message itself, an item of its own
 
 
-async def test_stream_text(codex: Codex) -> None:
+async def test_stream_text_arrives_as_it_is_generated(codex: Codex) -> None:
+    """8 upstream deltas 0.1 s apart reach the SDK as several chunks, the first well before
+    the last (``codex exec`` printed the answer whole at the end)."""
+    answer = "one two three four five six seven eight"
     stream = await codex.client.chat.completions.create(
         model=MODEL,
-        messages=user("say hi" + fake(answer="Streamed from codex.", chunks=4)),
+        messages=user("count" + fake(answer=answer, chunks=8, delay=0.1)),
         stream=True,
         stream_options={"include_usage": True},
     )
-    chunks = [c async for c in stream]
-    text = "".join(c.choices[0].delta.content or "" for c in chunks if c.choices)
-    assert text == "Streamed from codex."
+    arrivals: list[tuple[float, str]] = []
+    chunks = []
+    async for c in stream:
+        chunks.append(c)
+        if c.choices and c.choices[0].delta.content:
+            arrivals.append((asyncio.get_running_loop().time(), c.choices[0].delta.content))
+    assert "".join(t for _, t in arrivals) == answer
+    assert len(arrivals) >= 4
+    assert arrivals[-1][0] - arrivals[0][0] > 0.3  # upstream spread 0.7 s: not one piece
     finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
     assert finishes[-1] == "stop"
     assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
 
 
-async def test_tool_call(codex: Codex) -> None:
-    r = await codex.client.chat.completions.create(
-        model=MODEL,
-        messages=user("What's the weather in Paris?" + fake(answer=CALL)),
-        tools=[WEATHER],  # type: ignore[list-item]
+async def test_tool_round_trip_with_native_function_calls(codex: Codex) -> None:
+    """The client's function is declared upstream as a plain function tool with its schema
+    and no codex tool; the model's call reaches the SDK as a tool call; the second turn
+    carries the call and its output as items, and the final text comes back."""
+    messages: list[ChatCompletionMessageParam] = user(
+        "Weather in Paris?" + fake(tool_calls=[PARIS])
     )
-    choice = r.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    calls = choice.message.tool_calls or []
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [  # type: ignore[union-attr]
-        ("get_weather", {"city": "Paris"})
-    ]
-    body, text = codex.only_request()
-    assert_sealed_request(body)  # our tools travel in the prompt, never as codex's own
-    assert '<function name="get_weather">' in text
-
-
-async def test_tool_call_stream(codex: Codex) -> None:
-    async with codex.client.chat.completions.stream(
-        model=MODEL,
-        messages=user("What's the weather in Paris?" + fake(answer=CALL, chunks=4)),
-        tools=[WEATHER],  # type: ignore[list-item]
-    ) as stream:
-        final = await stream.get_final_completion()
-    choice = final.choices[0]
-    assert choice.finish_reason == "tool_calls"
-    calls = choice.message.tool_calls or []
-    assert [(c.function.name, json.loads(c.function.arguments)) for c in calls] == [
-        ("get_weather", {"city": "Paris"})
-    ]
-
-
-async def test_parallel_tool_calls(codex: Codex) -> None:
-    answer = json.dumps(
-        {
-            "tool_calls": [
-                {"name": "get_weather", "arguments": {"city": "Paris"}},
-                {"name": "get_time", "arguments": {}},
-            ]
-        }
-    )
-    r = await codex.client.chat.completions.create(
-        model=MODEL,
-        messages=user("weather and time" + fake(answer=answer)),
-        tools=[WEATHER, TIME],  # type: ignore[list-item]
-    )
-    calls = r.choices[0].message.tool_calls or []
-    assert [c.function.name for c in calls] == ["get_weather", "get_time"]  # type: ignore[union-attr]
-    assert len({c.id for c in calls}) == 2
-
-
-async def test_two_step_tool_loop(codex: Codex) -> None:
-    messages: list[ChatCompletionMessageParam] = user("Weather in Paris?" + fake(answer=CALL))
     first = await codex.client.chat.completions.create(
         model=MODEL,
         messages=messages,
         tools=[WEATHER],  # type: ignore[list-item]
     )
-    call = (first.choices[0].message.tool_calls or [])[0]
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
     messages = [
         *messages,
-        first.choices[0].message.model_dump(exclude_none=True),  # type: ignore[list-item]
-        {"role": "tool", "tool_call_id": call.id, "content": "rain, 11 C"},
-        {"role": "user", "content": "and now?" + fake(answer="It rains in Paris.")},
+        choice.message.model_dump(exclude_none=True),  # type: ignore[list-item]
+        {
+            "role": "tool",
+            "tool_call_id": call.id,
+            "content": "rain, 11 C" + fake(answer="It rains."),
+        },
     ]
     second = await codex.client.chat.completions.create(
         model=MODEL,
         messages=messages,
         tools=[WEATHER],  # type: ignore[list-item]
     )
-    assert second.choices[0].message.content == "It rains in Paris."
+    assert second.choices[0].message.content == "It rains."
     assert second.choices[0].finish_reason == "stop"
     bodies = codex.bodies()
-    assert len(bodies) == 2
-    assert "rain, 11 C" in responses_texts(bodies[1])[1]
+    assert len(bodies) == 2  # the interrupt sent nothing more upstream
     for body in bodies:
-        assert_sealed_request(body)
+        assert_sealed_request(body, (WEATHER,))
+    items = [i for i in bodies[1]["input"] if i.get("role") != "developer"]
+    assert [i["type"] for i in items] == ["message", "function_call", "function_call_output"]
+    assert items[1]["call_id"] == call.id and items[1]["name"] == "get_weather"
+    assert json.loads(items[1]["arguments"]) == {"city": "Paris"}
+    assert items[2]["call_id"] == call.id and items[2]["output"].startswith("rain, 11 C")
+
+
+async def test_parallel_tool_calls(codex: Codex) -> None:
+    r = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=user(
+            "weather and time" + fake(tool_calls=[PARIS, {"name": "get_time", "arguments": {}}])
+        ),
+        tools=[WEATHER, TIME],  # type: ignore[list-item]
+    )
+    calls = r.choices[0].message.tool_calls or []
+    assert sorted(c.function.name for c in calls) == ["get_time", "get_weather"]  # type: ignore[union-attr]
+    assert len({c.id for c in calls}) == 2
+    single = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=user(
+            "weather and time" + fake(tool_calls=[PARIS, {"name": "get_time", "arguments": {}}])
+        ),
+        tools=[WEATHER, TIME],  # type: ignore[list-item]
+        parallel_tool_calls=False,
+    )
+    assert len(single.choices[0].message.tool_calls or []) == 1
+    assert len(codex.bodies()) == 2
+
+
+async def test_structured_output_is_the_upstream_format(codex: Codex) -> None:
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+
+    r = await codex.client.beta.chat.completions.parse(
+        model=MODEL,
+        messages=user("Ada, 36" + fake(answer='{"name":"Ada","age":36}')),
+        response_format=Person,
+    )
+    assert r.choices[0].message.parsed == Person(name="Ada", age=36)
+    body, _ = codex.only_request()
+    fmt = body["text"]["format"]
+    assert fmt["type"] == "json_schema" and fmt["strict"] is True
+    assert set(fmt["schema"]["properties"]) == {"name", "age"}
+    assert fmt["schema"]["additionalProperties"] is False
+    assert_sealed_request(body)
+
+
+async def test_png_and_jpeg_arrive_in_place(codex: Codex) -> None:
+    r = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "a red square:"},
+                    image_part(data_url(PNG)),  # type: ignore[list-item]
+                    {"type": "text", "text": "and a photo:"},
+                    image_part(data_url(JPEG)),  # type: ignore[list-item]
+                    {"type": "text", "text": "which is which?" + fake(answer="Two images.")},
+                ],
+            }
+        ],
+    )
+    assert r.choices[0].message.content == "Two images."
+    body, _ = codex.only_request()
+    (message,) = [i for i in body["input"] if i.get("role") == "user"]
+    kinds = [(c["type"], c.get("text", c.get("image_url", ""))[:12]) for c in message["content"]]
+    assert kinds == [
+        ("input_text", "a red square"),
+        ("input_image", "data:image/p"),
+        ("input_text", "and a photo:"),
+        ("input_image", "data:image/j"),
+        ("input_text", "which is whi"),
+    ]
+    images = [c["image_url"] for c in message["content"] if c["type"] == "input_image"]
+    # the media type as sniffed from the bytes (the client called the JPEG a PNG)
+    assert images == [data_url(PNG), data_url(JPEG, "image/jpeg")]
+    assert_sealed_request(body)
 
 
 async def test_responses_api(codex: Codex) -> None:
@@ -316,7 +365,8 @@ async def test_auth_failure_is_401(codex: Codex) -> None:
 async def test_warm_call_answers(
     serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    """A pre-started codex waits for its prompt with no time limit (no warm prefix)."""
+    """A pre-started app-server has done its handshake (the warm prefix) and waits for the
+    thread and turn with no time limit."""
     c, api = await start(serve, tmp_path, monkeypatch, warm_pool=True)
     try:
         pool = c.served.gateway.pool

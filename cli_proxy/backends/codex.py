@@ -1,13 +1,21 @@
-"""OpenAI Codex CLI: ``codex exec --json``, sealed (tests/data/real-cli/codex-sealing.md).
+"""OpenAI Codex CLI: ``codex app-server``, JSON-RPC over stdio, sealed
+(tests/data/real-cli/codex-sealing.md, codex-appserver.md).
+
+One fresh app-server per call, one ephemeral thread, one turn. The client's functions are
+the thread's dynamic tools (plain function tools upstream, schemas unchanged); earlier turns
+are injected as raw Responses items (messages, ``function_call``, ``function_call_output``);
+the last user message is the turn's input, images in place. Text and reasoning arrive as
+deltas; a model's call of a client function arrives as an ``item/tool/call`` request and is
+handed to the client (``turn/interrupt``: nothing more goes upstream).
 
 Codex declares its own tools per model, either as a ``tools`` array or as an
 ``additional_tools`` input item, and no single flag removes them all. Three things together
-leave the upstream request with no tool at all, for catalog and unknown models alike: a
-model catalog with every per-model tool mode removed (``SEALED_CATALOG``), feature disables
-and config keys (``argv``), and trimmed context (no environment, permission or AGENTS.md
-text; our own base instructions unless ``system_prompt`` is ``cli``). Each call gets a
-private CODEX_HOME holding only our config; ``--ephemeral`` and ``history.persistence =
-"none"`` keep the prompt off its disk.
+leave the upstream request with no tool but the client's, for catalog and unknown models
+alike: a model catalog with every per-model tool mode removed (``SEALED_CATALOG``), feature
+disables and config keys (``argv``), and trimmed context (no environment, permission or
+AGENTS.md text; our own base instructions unless ``system_prompt`` is ``cli``). Each call
+gets a private CODEX_HOME holding only our config; an ephemeral thread and
+``history.persistence = "none"`` keep the prompt off its disk.
 """
 
 from __future__ import annotations
@@ -20,16 +28,41 @@ import shutil
 import subprocess
 import tempfile
 import threading
-from collections.abc import Mapping
+import time
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, ClassVar
+from xml.sax.saxutils import escape
 
-from ..events import CliEvent, CliText, Failure, Truncated, UsageReport
+from pydantic import Field
+
+from .. import __version__
+from ..events import (
+    CliEvent,
+    CliText,
+    CliThinking,
+    CliToolCall,
+    Failure,
+    Truncated,
+    UsageReport,
+)
 from ..failures import FailureKind
+from ..images import PromptImage, image_parts
 from ..logins import RELOGIN, Login, codex_login, read_json
 from ..plan import PrivateHome
-from ..prompt import Prompt
-from ..protocol import ChatCompletionRequest
+from ..prompt import Prompt, choice_rules, flatten
+from ..protocol import (
+    AssistantMessage,
+    ChatCompletionRequest,
+    Content,
+    FunctionMessage,
+    ImagePart,
+    Message,
+    SystemMessage,
+    ToolMessage,
+    UserMessage,
+)
 from .base import (
     Backend,
     BackendOptions,
@@ -39,7 +72,9 @@ from .base import (
     classify_failure,
     empty_answer,
     exit_failure,
+    kind_for_status,
     load_json_line,
+    retry_after_s,
 )
 from .system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 
@@ -97,6 +132,10 @@ SEALED_CONFIG = (
     "analytics.enabled=false",
     'approval_policy="never"',
 )
+
+# app-server takes no exec flags: the sandbox and approvals as config (nothing can run anyway;
+# should a tool slip in, it cannot write, and nothing asks for an approval)
+APP_SERVER_CONFIG = ('sandbox_mode="read-only"',)
 
 # OpenAI reasoning levels -> codex ``model_reasoning_effort`` (the same names).
 CODEX_EFFORT = {
@@ -267,6 +306,49 @@ class CodexOptions(BackendOptions):
     """``minimal`` (default): the gateway's short instructions in place of codex's own;
     ``cli``: codex's own per-model instructions (17-22 kB), which describe shell and patch
     tools the model does not have here (``CLI_PROXY_CODEX__SYSTEM_PROMPT``)."""
+    call_window_s: float = Field(default=0.4, ge=0, le=10)
+    """After a model's call of a client function, how long to wait for more calls of the same
+    response (``parallel_tool_calls``) before the turn is interrupted and the calls handed
+    over (``CLI_PROXY_CODEX__CALL_WINDOW_S``). Codex reports nothing of the response's end
+    while a call is unanswered; 0 hands over the first call at once."""
+
+
+# JSON-RPC ids of our requests: fixed, so a recorded run replays with the same parser.
+INIT_ID, THREAD_ID, INJECT_ID, TURN_ID, INTERRUPT_ID = 1, 2, 3, 4, 5
+CLIENT_NAME = "cli_proxy"  # codex puts it in the upstream originator / user-agent headers
+
+
+QUIET = (
+    "remoteControl/status/changed",  # names the host and its installation id
+    "account/rateLimits/updated",
+    "thread/status/changed",
+    "thread/started",
+    "mcpServer/startupStatus/updated",
+)
+"""Notifications the parser never reads: not sent, not recorded in fixtures."""
+
+
+def rpc(msg_id: int | None, method: str, params: dict[str, Any] | None = None) -> bytes:
+    """One JSON-RPC message as app-server reads it: one JSON object per line."""
+    obj: dict[str, Any] = {"method": method}
+    if msg_id is not None:
+        obj = {"id": msg_id, **obj}
+    if params is not None:
+        obj["params"] = params
+    return json.dumps(obj, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+
+
+WARM_PREFIX = rpc(
+    INIT_ID,
+    "initialize",
+    {
+        "clientInfo": {"name": CLIENT_NAME, "title": "cli-proxy", "version": __version__},
+        # dynamicTools (the client's functions as native tools) are an experimental field
+        "capabilities": {"experimentalApi": True, "optOutNotificationMethods": list(QUIET)},
+    },
+) + rpc(None, "initialized")
+"""What every codex process gets first, warm or cold: nothing in it depends on the request,
+so a pre-started app-server has done its start-up and its handshake before a call comes."""
 
 
 class CodexBackend(Backend):
@@ -289,26 +371,20 @@ class CodexBackend(Backend):
             "CODEX_MANAGED_BY_NPM",
         }
     )
-    # codex exec waits for stdin's end with no time limit (measured: 70 s): no warm prefix.
-    merge_stderr = True  # a model call to a disabled tool shows only on stderr (it loops)
+    warm_prefix = WARM_PREFIX
+    duplex = True  # JSON-RPC both ways: thread, items and turn follow the handshake
+    native_tools = True  # the client's functions are codex dynamic tools
+    accepts_images = True  # ``image`` input items, in place
+    # a model call to a disabled codex tool shows only as a log line on stderr
+    merge_stderr = True
 
     def argv(self, launch: LaunchOptions) -> list[str]:
-        argv = [
-            *self.command,
-            "exec",
-            "--json",
-            "--strict-config",
-            "--skip-git-repo-check",
-            "--ephemeral",  # no rollout file or thread history holding the prompt
-            "--sandbox",
-            "read-only",  # nothing can run anyway; should a tool slip in, it cannot write
-            "--model",
-            launch.model,
-        ]
+        argv = [*self.command, "app-server", "--strict-config", "--listen", "stdio://"]
         for feature in DISABLED_FEATURES:
             argv += ["--disable", feature]
-        for item in SEALED_CONFIG:
+        for item in (*SEALED_CONFIG, *APP_SERVER_CONFIG):
             argv += ["--config", item]
+        argv += ["--config", f"model={json.dumps(launch.model)}"]
         if launch.effort is not None:
             argv += ["--config", f'model_reasoning_effort="{CODEX_EFFORT[launch.effort]}"']
         return argv
@@ -375,13 +451,29 @@ class CodexBackend(Backend):
             "stream_max_retries = 0\n"
         )
 
+    @classmethod
+    def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
+        """From the handshake's user agent: ``cli_proxy/0.169.0 (...)``."""
+        for line in stdout_lines[:5]:
+            m = _USER_AGENT.search(line)
+            if m is not None:
+                return m.group(1)
+        return None
+
     def warm_up(self) -> None:
         """The binary's sealed catalog (``codex debug models``, ~0.1 s and up to 30 s) is made
         here, off the event loop, before the first plan writes it into a private home."""
         sealed_catalog(self.command, os.environ.get("PATH", os.defpath), self.system_prompt)
 
+    def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
+        """Only the handshake: the parser sends the thread, the items and the turn once the
+        handshake's answer arrives (warm or cold, the same bytes reach codex)."""
+        return self.warm_prefix
+
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> CodexParser:
-        return CodexParser()
+        window = self.options.call_window_s if isinstance(self.options, CodexOptions) else 0.4
+        parallel = request.parallel_tool_calls is not False
+        return CodexParser(channel(prompt, request), parallel, window)
 
 
 def _chatgpt_login(auth: Path) -> bool:
@@ -392,80 +484,459 @@ def _chatgpt_login(auth: Path) -> bool:
     )
 
 
-# --json item types that mean the CLI ran (or started) one of its own tools.
+# ------------------------------------------------------------------- the request as items
+
+
+@dataclass(frozen=True, slots=True)
+class Channel:
+    """One request as app-server messages (docs/prompt-format.md, "codex").
+
+    ``thread``: the ``thread/start`` params (ephemeral; the client's functions as dynamic
+    tools with their schemas unchanged; the prompt's instructions, rules and system context
+    as developer instructions). ``items``: every turn before the last user message as raw
+    Responses items (user and assistant messages, ``function_call``,
+    ``function_call_output``), for ``thread/inject_items``. ``input``: that last user
+    message (text and images in place) for ``turn/start``, empty when the conversation ends
+    with tool results. ``output_schema``: a strict ``json_schema`` response format."""
+
+    thread: dict[str, Any]
+    items: tuple[dict[str, Any], ...] = ()
+    input: tuple[dict[str, Any], ...] = ()
+    output_schema: dict[str, Any] | None = None
+
+
+def channel(prompt: Prompt, req: ChatCompletionRequest) -> Channel:
+    """Pure and deterministic: the same request gives the same bytes (replay, caching)."""
+    images = iter(prompt.images)
+    image_urls = {
+        id(part): _data_url(next(images), part.image_url.detail)
+        for _, part, _ in image_parts(req.messages)
+    }
+    declared = bool(req.tools) and req.tool_choice != "none"
+    tools = [
+        {
+            "type": "function",
+            "name": t.function.name,
+            "description": t.function.description or "",
+            "inputSchema": t.function.parameters or {"type": "object", "properties": {}},
+        }
+        for t in (req.tools or [])
+        if declared
+    ]
+    fmt = req.response_format
+    spec = fmt.json_schema if fmt is not None and fmt.type == "json_schema" else None
+    schema = spec.get("schema") if spec and spec.get("strict") is True else None
+    output_schema = schema if isinstance(schema, dict) else None
+    head = prompt.head
+    instructions, _, system = head.partition("<system_context>")
+    if output_schema is not None:
+        instructions = ""  # the schema travels as the turn's structured-output format
+    rules = choice_rules(req, req.parallel_tool_calls is not False) if declared else []
+    developer = instructions
+    if rules:
+        developer += "<rules>\n" + "".join(f"<rule>{escape(r)}</rule>\n" for r in rules)
+        developer += "</rules>\n\n"
+    if system:
+        developer += "<system_context>" + system
+    thread: dict[str, Any] = {"ephemeral": True}
+    if tools:
+        thread["dynamicTools"] = tools
+    if developer.strip():
+        thread["developerInstructions"] = developer.strip()
+    turns = [m for m in req.messages if not isinstance(m, SystemMessage)]
+    last = turns[-1] if turns and isinstance(turns[-1], UserMessage) else None
+    items = _items(turns[:-1] if last is not None else turns, image_urls)
+    turn_input: list[dict[str, Any]] = []
+    if last is not None:
+        for part in _parts(last.content, image_urls):
+            if part["type"] == "input_text":
+                turn_input.append({"type": "text", "text": part["text"], "text_elements": []})
+            else:
+                image = {"type": "image", "url": part["image_url"]}
+                if part.get("detail"):
+                    image["detail"] = part["detail"]
+                turn_input.append(image)
+    return Channel(thread, tuple(items), tuple(turn_input), output_schema)
+
+
+def _data_url(image: PromptImage, detail: str | None) -> tuple[str, str | None]:
+    """The image as decoded and checked by the gateway (its media type sniffed from the
+    bytes, not taken from the client's data URL)."""
+    return f"data:{image.media_type};base64,{image.base64}", detail
+
+
+def _parts(content: Content, images: dict[int, tuple[str, str | None]]) -> list[dict[str, Any]]:
+    """Message content as Responses input parts, images in place."""
+    if content is None or isinstance(content, str):
+        return [{"type": "input_text", "text": content or ""}]
+    out: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, ImagePart) and id(part) in images:
+            url, detail = images[id(part)]
+            image: dict[str, Any] = {"type": "input_image", "image_url": url}
+            if detail in ("low", "high", "auto", "original"):
+                image["detail"] = detail
+            out.append(image)
+        else:
+            out.append({"type": "input_text", "text": flatten([part])})
+    return out or [{"type": "input_text", "text": ""}]
+
+
+def _items(
+    messages: Sequence[Message], images: dict[int, tuple[str, str | None]]
+) -> list[dict[str, Any]]:
+    """The turns as raw Responses items. Every ``function_call`` gets a
+    ``function_call_output`` (the API refuses a call without one): a call no tool message
+    answers gets a note saying so; a tool message whose call is unknown becomes user text."""
+    answered = {m.tool_call_id for m in messages if isinstance(m, ToolMessage)}
+    legacy = 0
+    legacy_ids: dict[str, str] = {}  # function name -> the id of its last legacy call
+    known: set[str] = set()
+    out: list[dict[str, Any]] = []
+    for msg in messages:
+        if isinstance(msg, UserMessage):
+            out.append({"type": "message", "role": "user", "content": _parts(msg.content, images)})
+        elif isinstance(msg, AssistantMessage):
+            text = flatten(msg.content)
+            calls = [(c.id, c.function.name, c.function.arguments) for c in msg.tool_calls or []]
+            if msg.function_call is not None:
+                legacy += 1
+                call_id = f"call_legacy_{legacy}"
+                legacy_ids[msg.function_call.name] = call_id
+                calls.append((call_id, msg.function_call.name, msg.function_call.arguments))
+            if text or not calls:
+                content = [{"type": "output_text", "text": text}]
+                out.append({"type": "message", "role": "assistant", "content": content})
+            for call_id, name, args in calls:
+                known.add(call_id)
+                out.append(
+                    {"type": "function_call", "call_id": call_id, "name": name, "arguments": args}
+                )
+                if call_id not in answered and not call_id.startswith("call_legacy_"):
+                    out.append(_output(call_id, NO_RESULT))
+        elif isinstance(msg, ToolMessage):
+            if msg.tool_call_id in known:
+                parts = _parts(msg.content, images)
+                texts_only = all(p["type"] == "input_text" for p in parts)
+                output: Any = "\n".join(p["text"] for p in parts) if texts_only else parts
+                out.append(_output(msg.tool_call_id, output))
+            else:
+                text = f"Result of function call {msg.tool_call_id} (its call is not in this "
+                text += "conversation):\n"
+                parts = [{"type": "input_text", "text": text}, *_parts(msg.content, images)]
+                out.append({"type": "message", "role": "user", "content": parts})
+        elif isinstance(msg, FunctionMessage):
+            legacy_id = legacy_ids.pop(msg.name, None)
+            if legacy_id is not None:
+                out.append(_output(legacy_id, flatten(msg.content)))
+            else:
+                text = f"Result of function {msg.name}:\n{flatten(msg.content)}"
+                content = [{"type": "input_text", "text": text}]
+                out.append({"type": "message", "role": "user", "content": content})
+    for call_id in legacy_ids.values():  # legacy calls never answered
+        index = next(i for i, it in enumerate(out) if it.get("call_id") == call_id)
+        out.insert(index + 1, _output(call_id, NO_RESULT))
+    return out
+
+
+NO_RESULT = "No result: the conversation did not answer this call."
+
+
+def _output(call_id: str, output: Any) -> dict[str, Any]:
+    return {"type": "function_call_output", "call_id": call_id, "output": output}
+
+
+# ------------------------------------------------------------------------------ the parser
+
+# Thread items that mean codex itself ran (or started) one of its own tools.
 CLI_TOOL_ITEMS = frozenset(
     {
-        "command_execution",
-        "file_change",
-        "mcp_tool_call",
-        "collab_tool_call",
-        "web_search",
-        "todo_list",
-        "image_view",
+        "commandExecution",
+        "fileChange",
+        "mcpToolCall",
+        "collabAgentToolCall",
+        "subAgentActivity",
+        "webSearch",
+        "imageView",
+        "imageGeneration",
+        "sleep",
     }
 )
+_USER_AGENT = re.compile(rf'"userAgent":"{CLIENT_NAME}/([0-9][\w.+-]*)')
 _UNSUPPORTED_CALL = re.compile(r"unsupported (?:custom tool )?call: ?([\w.:-]*)")
 _OVERLOADED = re.compile(r"experiencing high demand|server_is_overloaded|slow_down", re.I)
 _TRUNCATED = re.compile(r"max_output_tokens|max output tokens", re.I)
+_ERROR_KINDS = {
+    "unauthorized": FailureKind.AUTH,
+    "usageLimitExceeded": FailureKind.RATE_LIMITED,
+    "rateLimitExceeded": FailureKind.RATE_LIMITED,
+    "serverOverloaded": FailureKind.OVERLOADED,
+    "internalServerError": FailureKind.OVERLOADED,  # codex drops the body: "high demand"
+    "contextWindowExceeded": FailureKind.CONTEXT_LENGTH,
+    "badRequest": FailureKind.BAD_REQUEST,
+    "modelNotFound": FailureKind.BAD_REQUEST,
+}
 
 
 def cli_tool_failure(what: str) -> Failure:
+    """A model call codex refused: one of its own (disabled) tools, or a name that is no tool
+    at all. Codex would answer the model "unsupported call" and ask again without end."""
     return Failure(
         FailureKind.INVALID_ANSWER,
-        f"the model called the Codex CLI's own tool {what}, which is disabled; "
-        "the call was stopped (codex would otherwise ask the model again without end)",
+        f"the model called {what}, which is not one of the request's functions (the Codex "
+        "CLI's own tools are disabled); the call was stopped (codex would otherwise ask the "
+        "model again without end)",
     )
 
 
 class CodexParser(StreamParser):
-    """Reads codex's ``--json`` events (thread.*, turn.*, item.*, error).
+    """Drives one app-server call and reads it (JSON-RPC, one message per line).
 
-    Codex 0.169.0 prints each agent message whole in ``item.completed``: no text deltas,
-    so a stream gets the answer in one piece. ``item.updated`` with a growing text is read
-    as deltas too, should a version send them. A model call to one of codex's own tools
-    shows only as a stderr line (``unsupported call: NAME``); a line like it on stdout, or
-    any tool item, ends the call at once.
+    After the handshake's answer it sends ``thread/start``, then ``thread/inject_items``
+    (when there are earlier turns), then ``turn/start``. Text deltas are answer text as they
+    arrive; reasoning summary deltas are thinking. A model call of a client function comes
+    as an ``item/tool/call`` request: it becomes a ``CliToolCall`` and is never answered;
+    ``turn/interrupt`` then ends the turn with nothing more sent upstream. With
+    ``parallel_tool_calls: false`` the interrupt goes out at once. Otherwise more calls of
+    the same response may follow, and codex says nothing of the response's end while a call
+    is unanswered (measured: no token usage, no notification for 40 s; an interrupt sent at
+    the first call lost the second one), so the parser waits until no call came for
+    ``call_window_s`` (its ``wake_s`` timer) and then interrupts. ``turn/completed`` ends
+    the call. A model call of one of codex's own tools, or of a name that is no tool at all,
+    shows only on stderr (merged): codex would answer "unsupported call" and ask again.
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self,
+        channel: Channel | None = None,
+        parallel: bool = True,
+        call_window_s: float = 0.4,
+    ) -> None:
         self.done = False
+        self.wake_s = None
+        self.channel = channel or Channel({"ephemeral": True})
+        self.parallel = parallel
+        self.call_window_s = call_window_s
+        self._call_at = 0.0
+        self._out = bytearray()
+        self._thread_id: str | None = None
+        self._turn_id: str | None = None
         self._texts: dict[str, str] = {}  # agent message id -> text sent so far
+        self._thought: set[str] = set()  # reasoning items whose deltas were sent
         self._text_seen = False
+        self._calls = 0
+        self._interrupted = False
         self._failed = False
         self._truncated = False
         self._last_error = ""
-        self._plain_lines: list[str] = []  # the last non-JSON lines: stderr, when merged
+        self._plain_lines: list[str] = []  # the last non-JSON lines: stderr, merged
+
+    def replies(self) -> bytes:
+        out, self._out = bytes(self._out), bytearray()
+        return out
+
+    def _send(self, msg_id: int | None, method: str, params: dict[str, Any]) -> None:
+        self._out += rpc(msg_id, method, params)
 
     def feed(self, line: bytes) -> list[CliEvent]:
+        events = self._read(line)
+        self._tick()
+        return events
+
+    def _read(self, line: bytes) -> list[CliEvent]:
+        if not line:
+            return []  # our timer (``wake_s``)
         obj = load_json_line(line)
         if obj is None:
             return self._plain(line)
-        kind = obj.get("type")
-        if kind in ("item.started", "item.updated", "item.completed"):
-            item = obj.get("item")
-            return self._item(item) if isinstance(item, dict) else []
-        if kind == "turn.completed":
-            self.done = True
-            usage = obj.get("usage")
-            if not isinstance(usage, dict):
+        method = obj.get("method")
+        params = obj.get("params")
+        params = params if isinstance(params, dict) else {}
+        if isinstance(method, str):
+            if "id" in obj:
+                return self._request(obj["id"], method, params)
+            return self._notification(method, params)
+        if "id" in obj:
+            return self._response(obj.get("id"), obj)
+        return []
+
+    # -------------------------------------------------------------------- our requests
+
+    def _response(self, msg_id: Any, obj: dict[str, Any]) -> list[CliEvent]:
+        error = obj.get("error")
+        if msg_id == INTERRUPT_ID:
+            return []  # refused only when the turn has already ended
+        if error is not None:
+            what = {INIT_ID: "initialize", THREAD_ID: "thread/start", INJECT_ID: "the history"}
+            message = error.get("message") if isinstance(error, dict) else None
+            text = f"codex app-server refused {what.get(msg_id, 'turn/start')}: {message}"
+            return self._fail(Failure(FailureKind.CLI_ERROR, text))
+        result = obj.get("result")
+        result = result if isinstance(result, dict) else {}
+        if msg_id == INIT_ID:
+            self._send(THREAD_ID, "thread/start", self.channel.thread)
+        elif msg_id == THREAD_ID:
+            thread = result.get("thread")
+            tid = thread.get("id") if isinstance(thread, dict) else None
+            if not isinstance(tid, str):
+                return self._fail(Failure(FailureKind.CLI_ERROR, "codex started no thread"))
+            self._thread_id = tid
+            if self.channel.items:
+                items = list(self.channel.items)
+                self._send(INJECT_ID, "thread/inject_items", {"threadId": tid, "items": items})
+            else:
+                self._start_turn()
+        elif msg_id == INJECT_ID:
+            self._start_turn()
+        elif msg_id == TURN_ID:
+            turn = result.get("turn")
+            self._turn_id = _str(turn.get("id") if isinstance(turn, dict) else None)
+        return []
+
+    def _start_turn(self) -> None:
+        params: dict[str, Any] = {"threadId": self._thread_id, "input": list(self.channel.input)}
+        if self.channel.output_schema is not None:
+            params["outputSchema"] = self.channel.output_schema
+        self._send(TURN_ID, "turn/start", params)
+
+    def _interrupt(self) -> None:
+        """Hand the calls over: the turn ends with nothing more sent upstream."""
+        self.wake_s = None
+        if not self._interrupted:
+            self._interrupted = True
+            params = {"threadId": self._thread_id, "turnId": self._turn_id}
+            self._send(INTERRUPT_ID, "turn/interrupt", params)
+
+    def _tick(self) -> None:
+        """After any line or timer: the call window is over when no call came for that long."""
+        if self.wake_s is None or self._interrupted:
+            return
+        left = self._call_at + self.call_window_s - time.monotonic()
+        if left <= 0:
+            self._interrupt()
+        else:
+            self.wake_s = left
+
+    # --------------------------------------------------------------- codex's requests
+
+    def _request(self, msg_id: Any, method: str, params: dict[str, Any]) -> list[CliEvent]:
+        if method == "item/tool/call":
+            if self._failed or self._interrupted:
                 return []
-            # input_tokens includes the cached part; output_tokens the reasoning tokens
-            return [
-                UsageReport(
-                    as_int(usage.get("input_tokens")),
-                    as_int(usage.get("output_tokens")),
-                    as_int(usage.get("cached_input_tokens")),
-                )
-            ]
-        if kind == "turn.failed":
-            self.done = True
-            err = obj.get("error")
-            message = err.get("message") if isinstance(err, dict) else None
-            return self._fail(message if isinstance(message, str) else self._last_error)
-        if kind == "error":  # also "Reconnecting... n/5" retries; turn.failed is final
-            message = obj.get("message")
-            if isinstance(message, str) and message:
-                self._last_error = message
+            self._calls += 1
+            self._turn_id = self._turn_id or _str(params.get("turnId"))
+            name = params.get("tool")
+            args = params.get("arguments")
+            text = args if isinstance(args, str) else json.dumps(args, ensure_ascii=False)
+            if self.parallel and self.call_window_s > 0:
+                # more calls of the same response may follow: wait for a quiet window
+                self._call_at = time.monotonic()
+                self.wake_s = self.call_window_s
+            else:
+                self._interrupt()
+            return [CliToolCall(str(name), text)]
+        # approvals, user input, MCP elicitation...: nothing of the sort may happen sealed
+        self._out += (
+            json.dumps(
+                {"id": msg_id, "error": {"code": -32601, "message": "not available"}}
+            ).encode()
+            + b"\n"
+        )
+        if method.endswith("requestApproval") or method in (
+            "applyPatchApproval",
+            "execCommandApproval",
+        ):
+            return self._fail(cli_tool_failure(f"({method})"))
+        return []
+
+    # ---------------------------------------------------------------- notifications
+
+    def _notification(self, method: str, params: dict[str, Any]) -> list[CliEvent]:
+        if method == "item/agentMessage/delta":
+            delta = params.get("delta")
+            return self._text(str(params.get("itemId")), delta) if isinstance(delta, str) else []
+        if method in ("item/reasoning/summaryTextDelta", "item/reasoning/textDelta"):
+            delta = params.get("delta")
+            if isinstance(delta, str) and delta and not self._failed:
+                self._thought.add(str(params.get("itemId")))
+                return [CliThinking(delta)]
+            return []
+        if method == "item/reasoning/summaryPartAdded":
+            index = params.get("summaryIndex")
+            return [CliThinking("\n\n")] if isinstance(index, int) and index > 0 else []
+        if method in ("item/started", "item/completed"):
+            item = params.get("item")
+            return self._item(item, method == "item/completed") if isinstance(item, dict) else []
+        if method == "thread/tokenUsage/updated":
+            return self._usage(params)
+        if method == "error":
+            err = params.get("error")
+            if isinstance(err, dict) and not params.get("willRetry"):
+                self._last_error = _error_text(err)
+            return []
+        if method == "turn/completed":
+            return self._completed(params.get("turn"))
+        return []
+
+    def _text(self, item_id: str, delta: str) -> list[CliEvent]:
+        if self._failed or not delta:
+            return []
+        sent = self._texts.get(item_id)
+        prefix = ""
+        if sent is None:  # a later message of the same turn: keep the two apart
+            prefix = "\n\n" if self._text_seen else ""
+            sent = ""
+        self._texts[item_id] = sent + delta
+        self._text_seen = True
+        return [CliText(prefix + delta)]
+
+    def _item(self, item: dict[str, Any], completed: bool) -> list[CliEvent]:
+        itype = item.get("type")
+        if itype in CLI_TOOL_ITEMS:
+            return self._fail(cli_tool_failure(f"({itype})"))
+        if not completed:
+            return []
+        item_id = str(item.get("id"))
+        if itype == "agentMessage":  # whatever no delta carried (a version without them)
+            text = item.get("text")
+            sent = self._texts.get(item_id, "")
+            if isinstance(text, str) and text.startswith(sent) and len(text) > len(sent):
+                return self._text(item_id, text[len(sent) :])
+        if itype == "reasoning" and item_id not in self._thought and not self._failed:
+            summary = item.get("summary")
+            parts = (
+                [s for s in summary if isinstance(s, str) and s]
+                if isinstance(summary, list)
+                else []
+            )
+            return [CliThinking("\n\n".join(parts))] if parts else []
+        return []
+
+    def _usage(self, params: dict[str, Any]) -> list[CliEvent]:
+        usage = params.get("tokenUsage")
+        total = usage.get("total") if isinstance(usage, dict) else None
+        if not isinstance(total, dict):
+            return []
+        # inputTokens includes the cached part; outputTokens the reasoning tokens
+        return [
+            UsageReport(
+                as_int(total.get("inputTokens")),
+                as_int(total.get("outputTokens")),
+                as_int(total.get("cachedInputTokens")),
+                as_int(total.get("reasoningOutputTokens")),
+            )
+        ]
+
+    def _completed(self, turn: Any) -> list[CliEvent]:
+        self.done = True
+        self.wake_s = None
+        turn = turn if isinstance(turn, dict) else {}
+        status = turn.get("status")
+        if status == "failed":
+            err = turn.get("error")
+            return self._fail(turn_failure(err if isinstance(err, dict) else {}, self._last_error))
+        if status == "interrupted" and not (self._interrupted or self._calls):
+            return self._fail(Failure(FailureKind.CLI_ERROR, "codex interrupted the turn"))
         return []
 
     def _plain(self, line: bytes) -> list[CliEvent]:
@@ -473,66 +944,70 @@ class CodexParser(StreamParser):
         text = line.decode("utf-8", "replace").rstrip()
         self._plain_lines = [*self._plain_lines[-19:], text]
         m = _UNSUPPORTED_CALL.search(text)
-        if m is None or self._failed:
+        if m is None:
             return []
-        self.done = True
-        self._failed = True
-        return [cli_tool_failure(m.group(1) or "(unnamed)")]
+        return self._fail(cli_tool_failure(m.group(1) or "(unnamed)"))
 
-    def _item(self, item: dict[str, Any]) -> list[CliEvent]:
-        itype = item.get("type")
-        if itype == "agent_message":
-            text = item.get("text")
-            if not isinstance(text, str):
-                return []
-            key = str(item.get("id"))
-            sent = self._texts.get(key)
-            if sent is None:
-                # a later message of the same turn: keep the two apart
-                prefix = "\n\n" if self._text_seen and text else ""
-                sent = self._texts[key] = ""
-            else:
-                prefix = ""
-            if not text.startswith(sent):
-                return []  # a rewritten message cannot be unsent; keep what went out
-            new = text[len(sent) :]
-            if not new:
-                return []
-            self._texts[key] = text
-            self._text_seen = True
-            return [CliText(prefix + new)]
-        if itype in CLI_TOOL_ITEMS and not self._failed:
-            self.done = True
-            self._failed = True
-            return [cli_tool_failure(f"({itype})")]
-        return []
-
-    def _fail(self, message: str) -> list[CliEvent]:
-        if self._failed:
+    def _fail(self, failure: Failure | Truncated) -> list[CliEvent]:
+        if self._failed or self._truncated:
             return []
-        if _TRUNCATED.search(message):
+        if isinstance(failure, Truncated):
             self._truncated = True
-            return [Truncated(message)]
-        self._failed = True
-        return [codex_failure(message or "codex reported a failed turn")]
+        else:
+            self._failed = True
+        self.done = True
+        self.wake_s = None
+        return [failure]
 
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
         stderr = stderr or "\n".join(self._plain_lines)
         m = _UNSUPPORTED_CALL.search(stderr)
-        if m is not None and not self._failed:
-            self._failed = True
-            return [cli_tool_failure(m.group(1) or "(unnamed)")]
-        if self._failed:
+        if m is not None:
+            return self._fail(cli_tool_failure(m.group(1) or "(unnamed)"))
+        if self._failed or self._truncated:
             return []
-        if exit_code != 0 and not self._truncated:
-            self._failed = True
+        if not self.done:
             if self._last_error:
-                return [codex_failure(self._last_error)]
-            failure = exit_failure(exit_code, stderr, "codex", RELOGIN["codex"])
-            return [codex_failure(failure.message)]
-        if not self._text_seen and not self._truncated:
+                return self._fail(codex_failure(self._last_error))
+            failure = exit_failure(exit_code, stderr, "codex app-server", RELOGIN["codex"])
+            if exit_code == 0:
+                failure = Failure(FailureKind.CLI_ERROR, "codex app-server ended before its turn")
+            return self._fail(codex_failure(failure.message))
+        if not self._text_seen and not self._calls:
             return [empty_answer("codex")]
         return []
+
+
+def _str(value: Any) -> str | None:
+    return value if isinstance(value, str) else None
+
+
+def _error_text(err: dict[str, Any]) -> str:
+    message = err.get("message")
+    text = message if isinstance(message, str) else ""
+    details = err.get("additionalDetails")
+    if isinstance(details, str) and details and details not in text:
+        text = f"{text} ({details})" if text else details
+    return text
+
+
+def turn_failure(err: dict[str, Any], fallback: str = "") -> Failure | Truncated:
+    """A failed turn's ``TurnError``: codex's own error class first, its message after."""
+    message = _error_text(err) or fallback or "codex reported a failed turn"
+    if _TRUNCATED.search(message):
+        return Truncated(message)
+    info = err.get("codexErrorInfo")
+    failure = codex_failure(message)
+    kind = _ERROR_KINDS.get(info) if isinstance(info, str) else None
+    if isinstance(info, dict):
+        for value in info.values():
+            status = value.get("httpStatusCode") if isinstance(value, dict) else None
+            if isinstance(status, int):
+                kind = kind_for_status(status, failure.kind)
+    if kind is None or kind is failure.kind:
+        return failure
+    wait = retry_after_s(message) if kind is FailureKind.RATE_LIMITED else None
+    return Failure(kind, message, wait)
 
 
 def codex_failure(message: str) -> Failure:

@@ -19,10 +19,11 @@ from typing import Literal
 SystemPrompt = Literal["cli", "minimal"]
 
 MINIMAL_SYSTEM_PROMPT = (
-    "You are a helpful assistant. Follow the instructions in the user's message and answer "
-    "it with text only. You have no tools: you cannot run commands, read or write files, "
-    "or browse.\n"
+    "You are a helpful assistant. Follow the instructions you are given and answer the "
+    "user's last message. You cannot run commands, read or write files, or browse; the only "
+    "functions you can call are the ones declared to you, if any.\n"
 )
-"""Neutral on purpose: no product or app name (the same text behind every CLI), nothing
-about tools beyond saying there are none (a model told about a shell tries to call it);
-no ``${...}`` either, which gemini would substitute."""
+"""Neutral on purpose: no product or app name (the same text behind every CLI), no tool but
+the client's functions (declared in our ``<instructions>``, or natively through codex's
+channel; a model told about a shell tries to call it); no ``${...}`` either, which gemini
+would substitute."""
