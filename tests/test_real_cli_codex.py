@@ -149,9 +149,14 @@ async def sealed(
         await api.close()
 
 
-def assert_sealed_request(body: dict[str, Any], functions: tuple[dict[str, Any], ...] = ()) -> None:
+def assert_sealed_request(
+    body: dict[str, Any],
+    functions: tuple[dict[str, Any], ...] = (),
+    system_prompt: str = "minimal",
+) -> None:
     """No tool of codex's own, in either form: only the client's functions, as plain function
-    tools with their schemas unchanged; only our instructions beside the conversation."""
+    tools with their schemas unchanged; beside the conversation only our instructions
+    (``cli``: codex's own for the model, which name AGENTS.md as a concept) and our context."""
     declared = [
         {"type": "function", "name": f["name"], "parameters": f["parameters"]}
         for f in (t["function"] for t in functions)
@@ -162,13 +167,18 @@ def assert_sealed_request(body: dict[str, Any], functions: tuple[dict[str, Any],
     assert not [i for i in items if i.get("type") == "additional_tools"], items
     assert not [i for i in items if "tool" in str(i.get("type"))], items
     developer = [i for i in items if i.get("role") == "developer"]
-    assert developer[0]["content"] == [{"type": "input_text", "text": BASE_INSTRUCTIONS.strip()}]
-    for item in developer[1:]:  # the request's own system context and rules (ours)
-        text = item["content"][0]["text"]
-        assert text == BASE_INSTRUCTIONS.strip() or text.startswith(
-            ("<system_context>", "<rules>", "<instructions>")
-        )
-    assert "AGENTS.md" not in json.dumps(body) and "environment_context" not in json.dumps(body)
+    first = developer[0]["content"][0]["text"].strip()
+    if system_prompt == "cli":
+        assert "Codex" in first and first != BASE_INSTRUCTIONS.strip()
+    else:
+        assert first == BASE_INSTRUCTIONS.strip()
+        assert "AGENTS.md" not in json.dumps(body)
+    for item in developer[1:]:  # codex repeats its instructions for some models; then ours
+        text = item["content"][0]["text"].strip()
+        assert text == first or text.startswith(("<system_context>", "<rules>", "<instructions>"))
+    sent = json.dumps(body)
+    assert "AGENTS.md instructions for" not in sent and "<INSTRUCTIONS>" not in sent
+    assert "environment_context" not in sent
 
 
 def user(text: str) -> list[ChatCompletionMessageParam]:
@@ -447,7 +457,7 @@ async def test_every_model_form_is_sealed(
         )
         assert r.choices[0].message.content == "ok"
         body, _ = c.only_request()
-        assert_sealed_request(body, system_prompt)
+        assert_sealed_request(body, system_prompt=system_prompt)
     finally:
         await api.close()
 
@@ -505,7 +515,8 @@ async def test_fallback_catalog_is_accepted_and_sealed(
         )
         assert r.choices[0].message.content == "ok"
         body, _ = c.only_request()
-        assert_sealed_request(body, "minimal" if model == "gpt-5.5" else system_prompt)
+        mode = "minimal" if model == "gpt-5.5" else system_prompt
+        assert_sealed_request(body, system_prompt=mode)
     finally:
         await api.close()
 
