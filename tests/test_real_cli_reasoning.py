@@ -1,10 +1,9 @@
-"""Reasoning out, on the real claude CLI: a fake Anthropic API thinks before it answers
-(a ``thinking`` block with a signature, streamed as thinking deltas); the thought reaches
-the client as ``reasoning_content`` (chat, with ``reasoning_output``) and as a Responses
-reasoning item (on request), never in the content.
-
-Gemini (ACP ``agent_thought_chunk``) and codex (app-server reasoning summaries) read their
-thoughts in their own backends' channels; their real-CLI checks live with those backends.
+"""Reasoning out, on the real CLIs: a fake model API thinks before it answers (Anthropic: a
+``thinking`` block with a signature, streamed as thinking deltas; Gemini: parts marked
+``thought``, which gemini --acp sends as ``agent_thought_chunk``; Responses: a reasoning
+summary, which codex app-server sends as reasoning deltas); the thought reaches the client
+as ``reasoning_content`` (chat, with ``reasoning_output``) and as a Responses reasoning item
+(on request), never in the content.
 """
 
 from __future__ import annotations
@@ -119,3 +118,64 @@ async def test_without_the_setting_the_thought_stays_out(
     assert r.choices[0].message.content == ANSWER
     assert "reasoning_content" not in (r.choices[0].message.model_extra or {})
     assert THOUGHT not in r.model_dump_json()
+
+
+async def real_gateway(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> tuple[Any, Any]:
+    assert CLI_DIR is not None
+    api = await start_fake_model_api()
+    point_clis_at(api, tmp_path / "home", monkeypatch)
+    monkeypatch.setenv("CODEX_API_KEY", "test")
+    options: dict[str, Any] = {"bin": str(CLI_DIR / backend)}
+    if backend == "codex":
+        options["base_url"] = api.url + "/v1"
+    settings = Settings(
+        backends=[backend],
+        timeout_s=90,
+        idle_timeout_s=60,
+        kill_grace_s=1,
+        reasoning_output=True,
+        launcher="pdeathsig",
+        **{backend: options},
+    )  # type: ignore[arg-type]
+    served = await serve(Gateway(settings, LiveBackends.from_settings(settings, [backend])))
+    return served, api
+
+
+DIRECTIVE = {"gemini": "thought", "codex": "reasoning"}
+MODEL = {"gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
+
+
+@pytest.mark.parametrize("backend", ["gemini", "codex"])
+async def test_thoughts_of_gemini_and_codex_reach_the_client(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
+) -> None:
+    if not (CLI_DIR is not None and (CLI_DIR / backend).exists()):
+        pytest.skip(f"no real {backend} binary")
+    served, api = await real_gateway(serve, tmp_path, monkeypatch, backend)
+    question = "say hi" + fake(answer=ANSWER, **{DIRECTIVE[backend]: THOUGHT})
+    messages: list[Any] = [{"role": "user", "content": question}]
+    try:
+        whole = await served.client.chat.completions.create(model=MODEL[backend], messages=messages)
+        stream = await served.client.chat.completions.create(
+            model=MODEL[backend], messages=messages, stream=True
+        )
+        thought, content = "", ""
+        async for chunk in stream:
+            if chunk.choices:
+                delta = chunk.choices[0].delta
+                thought += (delta.model_extra or {}).get("reasoning_content") or ""
+                content += delta.content or ""
+        responses = await served.client.responses.create(
+            model=MODEL[backend], input=question, reasoning={"summary": "auto"}
+        )
+    finally:
+        await api.close()
+    message = whole.choices[0].message
+    assert message.content == ANSWER and THOUGHT not in (message.content or "")
+    assert (message.model_extra or {}).get("reasoning_content") == THOUGHT
+    assert thought == THOUGHT and content == ANSWER
+    assert [i.type for i in responses.output] == ["reasoning", "message"]
+    assert responses.output[0].summary[0].text == THOUGHT  # type: ignore[union-attr]
+    assert responses.output_text == ANSWER
