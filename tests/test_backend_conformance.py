@@ -208,7 +208,9 @@ def test_argv_has_the_clis_tools_off(backend: str) -> None:
     b = make(backend)
     argv = b.argv(LaunchOptions(model=CONFORMANCE[backend].model))
     assert argv[:2] == ["/opt/cli", "--flag"]
-    assert argv[argv.index("--model") + 1] == CONFORMANCE[backend].model
+    # issue 24 (D5): the model is one word, its value never an argv word of its own
+    assert f"--model={CONFORMANCE[backend].model}" in argv
+    assert "--model" not in argv and CONFORMANCE[backend].model not in argv
     assert not {"--resume", "--continue", "-r", "-c"} & set(argv)
     files = dict(b.workdir_files(LaunchOptions(model=CONFORMANCE[backend].model)))
     assert CONFORMANCE[backend].tools_off(argv, files)

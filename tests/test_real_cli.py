@@ -319,3 +319,28 @@ async def test_a_call_cut_by_the_output_limit_never_reaches_the_client(
             finish = choice.finish_reason or finish
     assert finish == "length"
     assert not saw_call
+
+
+@pytest.mark.parametrize(
+    ("model", "upstream"),
+    [
+        ("claude-opus-x.1:beta@a+b", "claude-opus-x.1:beta@a+b"),
+        ("claude/sonnet-x.2@b", "sonnet-x.2@b"),
+        ("gemini-2.5-flash-x.1@a+b", "gemini-2.5-flash-x.1@a+b"),
+        ("gemini/gemini-2.5-pro-x.2", "gemini-2.5-pro-x.2"),
+    ],
+)
+async def test_the_model_reaches_the_cli_as_a_value(
+    real: RealCLIs, model: str, upstream: str
+) -> None:
+    """Issue 24 (D5): the gateway passes ``--model=NAME`` (one word) and the real CLI takes
+    all of NAME as the model, exactly: the model API is asked for it."""
+    r = await real.client.chat.completions.create(
+        model=model, messages=user("hi" + fake(answer="ok"))
+    )
+    assert r.choices[0].message.content == "ok"
+    (req,) = real.model_requests()
+    if req["path"] == "/v1/messages":
+        assert isinstance(req["body"], dict) and req["body"]["model"] == upstream
+    else:
+        assert req["path"].endswith(f"/models/{upstream}:streamGenerateContent"), req["path"]

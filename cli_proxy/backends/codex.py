@@ -302,8 +302,7 @@ class CodexBackend(Backend):
             "--ephemeral",  # no rollout file or thread history holding the prompt
             "--sandbox",
             "read-only",  # nothing can run anyway; should a tool slip in, it cannot write
-            "--model",
-            launch.model,
+            f"--model={launch.model}",  # one word: no model name can be read as an option
         ]
         for feature in DISABLED_FEATURES:
             argv += ["--disable", feature]
