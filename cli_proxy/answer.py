@@ -19,24 +19,28 @@ Rules (the edge cases are decided here, once):
   skipped only when a ``{`` follows it; otherwise the text is prose (a code answer keeps its fence).
 * JSON mode (first significant char ``{``): ``response`` strings stream decoded as content;
   ``tool_call`` (object or null) and ``tool_calls`` (array) yield calls, indexed 0.. in order.
-  A call starts once its ``name`` (the first non-empty string ``name``) is complete;
-  a call without one is dropped. ``arguments``: an object streams as its raw JSON text (raw
-  control characters inside its strings are escaped so the text stays valid JSON); a string
-  is used when it decodes to a JSON object, else ``{}``; absent, null or any other type gives
-  ``{}``. The first ``arguments`` key wins. Unknown keys are skipped; key order is free.
+  A call needs its ``name`` (the first non-empty string ``name``); a call without one is
+  dropped. ``arguments``: an object is passed on as its raw JSON text, however deep (read by
+  this loop, never decoded; raw control characters inside its strings are escaped so the text
+  stays valid JSON); a string is used when it decodes to a JSON object (within
+  ``jsondepth.MAX_DEPTH`` levels), else ``{}``; absent, null or any other type gives ``{}``.
+  The first ``arguments`` key wins. Unknown keys are skipped; key order is free.
   Everything after the object closes is ignored.
+* A call is emitted whole: its ``ToolCallStart`` and one ``ToolCallArgs`` holding all of its
+  arguments come together, once the arguments are complete (their value closed, or the call
+  object closed without one). A client so never receives a call whose arguments are not a
+  complete JSON object; the price is that argument text is not streamed piece by piece
+  (docs/prompt-format.md, "Tool calls are emitted whole").
 * Strings are read leniently: raw control characters are accepted; a lone surrogate escape
   decodes to U+FFFD (never half a character is emitted).
 * An object that closes without any ``response``/``tool_call``/``tool_calls`` key, or that turns
-  out invalid (or is cut off) before anything was emitted, is shown as text: its raw text becomes
-  content and reading goes on as prose from the offending char. If something was already
-  emitted, the rest is ignored.
-* Cut off while open (``finish`` with the object unclosed): content stays as streamed; a call
-  whose name is complete still counts. Its arguments are closed off when possible: if nothing
-  was emitted yet they become ``{}``; a partly streamed object is completed by appending the
-  shortest of a few suffixes (close string, ``null``, ``:null``, then the open brackets) that
-  makes it parse; if none does, it is left as streamed. Streamed argument text stops at a clean
-  point (never inside an escape, a number/literal, or right after a comma) to make this work.
+  out invalid before anything was emitted (a call held back counts as not emitted), is shown as
+  text: its raw text becomes content and reading goes on as prose from the offending char. If
+  something was already emitted, the rest is ignored (and a call held back is dropped).
+* Cut off while open (``finish`` with the object unclosed): content stays as streamed, calls
+  emitted stay; a named call whose arguments are unfinished is dropped (``cut_call``), never
+  closed off or shown as text, and ``cut_off`` is set (the caller says ``length``). Cut off
+  before any call was named or any content emitted, the raw text is content, as above.
 * Prose mode: text streams as content, but a suffix that could still begin an embedded
   ``{"tool_call``/``{"tool_calls``/``{"response"`` object (with trailing whitespace and a
   fence opener before it) is held back. On ``{ "key" :`` the prose before it (less a trailing
@@ -53,6 +57,8 @@ from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from typing import Literal
 
+from . import jsondepth
+
 
 @dataclass(frozen=True, slots=True)
 class ContentDelta:
@@ -63,7 +69,7 @@ class ContentDelta:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallStart:
-    """A tool call begins; comes once per call, before any of its ``ToolCallArgs``."""
+    """A tool call; comes once per call, right before its ``ToolCallArgs``."""
 
     index: int
     id: str
@@ -72,7 +78,8 @@ class ToolCallStart:
 
 @dataclass(frozen=True, slots=True)
 class ToolCallArgs:
-    """A piece of a call's arguments JSON text; the pieces of a call concatenate to it."""
+    """A call's arguments JSON text (one piece from this parser: the whole, complete object;
+    consumers still concatenate pieces of a call, as OpenAI's stream format does)."""
 
     index: int
     fragment: str
@@ -133,13 +140,14 @@ _GO, _CLOSED, _ERROR = range(3)
 class _Call:
     """One call object being read."""
 
-    __slots__ = ("args", "emitted", "held", "index")
+    __slots__ = ("args", "held", "index", "name", "pending")
 
     def __init__(self) -> None:
-        self.index: int | None = None  # set when its ToolCallStart is emitted
+        self.index: int | None = None  # set when its name is complete
+        self.name = ""
         self.args = _A_NONE
         self.held: str | None = None  # complete arguments text that arrived before the name
-        self.emitted: list[str] = []  # arguments text emitted so far (to close it off if cut)
+        self.pending: list[str] = []  # its arguments text, held until they are complete
 
 
 class _Frame:
@@ -275,9 +283,7 @@ class AnswerParser:
     _tok: str  # number/literal in progress
     _raw_on: bool  # recording an arguments object's raw text
     _acall: _Call | None  # the call whose arguments are being recorded
-    _rparts: list[str]  # recorded raw text not yet emitted
-    _rlen: int
-    _rclean: int  # how much of it ends at a clean point
+    _rparts: list[str]  # recorded raw text of the arguments object so far
 
     def __init__(self, new_id: Callable[[], str]) -> None:
         self._new_id = new_id
@@ -286,11 +292,12 @@ class AnswerParser:
         self._mode = _M_LEAD
         self._lead = ""  # LEAD: significant text seen so far (a possible fence opener)
         self._held = ""  # PROSE: text held back as a possible answer-object head
-        self._ncalls = 0
+        self._ncalls = 0  # calls named so far (the open one included)
+        self._open_call: _Call | None = None  # named, arguments not complete: held back
         self._sep = ""  # the break between prose and the reply that follows it
         self._prose_out = False  # prose content was emitted already
         self.cut_off = False  # the answer object ended unclosed after it produced events
-        self.cut_call: int | None = None  # the call open at the cut (its arguments unfinished)
+        self.cut_call: int | None = None  # the call dropped at the end (arguments unfinished)
         self._reset_json("")
 
     # -- public ---------------------------------------------------------------------------
@@ -307,7 +314,6 @@ class AnswerParser:
                 text = self._prose_step(text)
             else:
                 text = self._json_step(text)
-        self._flush_args()
         self._flush_text()
         return _coalesce(self._out)
 
@@ -320,24 +326,20 @@ class AnswerParser:
             self._say(self._lead)
         elif self._mode == _M_PROSE:
             self._say(self._held)
-        elif self._mode == _M_JSON and not self._emitted:
+        elif self._mode == _M_JSON and not self._emitted and self._open_call is None:
             self._say(self._jprefix + "".join(self._jraw))
         else:
-            self._flush_args()
             if self._mode == _M_JSON:  # not closed: the model's answer was cut off
                 self.cut_off = True
-                open_call = next((f.call for f in self._stack if f.role == _V_CALL), None)
-                if open_call is not None:
-                    self.cut_call = open_call.index
-            self._close_cut_call()
+            self.cut_call = self._drop_open_call()
         self._mode = _M_FINISHED
         self._flush_text()
         return _coalesce(self._out)
 
     @property
     def finish_reason(self) -> Literal["stop", "tool_calls"]:
-        """``tool_calls`` iff any call was started."""
-        return "tool_calls" if self._ncalls else "stop"
+        """``tool_calls`` iff any call was emitted."""
+        return "tool_calls" if self._ncalls - (self._open_call is not None) else "stop"
 
     # -- modes ----------------------------------------------------------------------------
 
@@ -393,6 +395,8 @@ class AnswerParser:
             else:
                 self._jraw.append(text)
             return ""
+        if outcome == _ERROR:  # a call whose arguments never completed is not a call
+            self._drop_open_call()
         if self._emitted or (outcome == _CLOSED and self._recognized):
             self._mode = _M_DONE
             return ""
@@ -423,8 +427,6 @@ class AnswerParser:
         self._raw_on = False
         self._acall = None
         self._rparts = []
-        self._rlen = 0
-        self._rclean = 0
 
     # -- output ---------------------------------------------------------------------------
 
@@ -444,54 +446,39 @@ class AnswerParser:
             self._text = []
 
     def _start_call(self, call: _Call, name: str) -> None:
+        """The call is named: it is held back until its arguments are complete."""
         call.index = self._ncalls
+        call.name = name
         self._ncalls += 1
-        self._emitted = True
-        self._push(ToolCallStart(call.index, self._new_id(), name))
+        self._open_call = call
         if call.held is not None:
             self._args_out(call, call.held)
             call.held = None
+            self._release(call)
 
     def _args_out(self, call: _Call, text: str) -> None:
         if text and call.index is not None:
-            self._push(ToolCallArgs(call.index, text))
-            call.emitted.append(text)
+            call.pending.append(text)
 
-    def _flush_args(self) -> None:
-        call = self._acall
-        if self._raw_on and call is not None and call.index is not None and self._rclean:
-            text = "".join(self._rparts)
-            if self._rclean == self._rlen:  # all of it is clean (most often)
-                self._args_out(call, text)
-                self._rparts = []
-                self._rlen = 0
-            else:
-                self._args_out(call, text[: self._rclean])
-                rest = text[self._rclean :]
-                self._rparts = [rest] if rest else []
-                self._rlen = len(rest)
-            self._rclean = 0
+    def _release(self, call: _Call) -> None:
+        """The call's arguments are complete: its start and arguments go out, at once."""
+        if call is not self._open_call or call.index is None:
+            return
+        self._open_call = None
+        self._emitted = True
+        self._push(ToolCallStart(call.index, self._new_id(), call.name))
+        self._push(ToolCallArgs(call.index, "".join(call.pending) or "{}"))
+        call.pending = []
 
-    def _close_cut_call(self) -> None:
-        call = next((f.call for f in self._stack if f.role == _V_CALL), None)
-        if call is None or call.index is None:
-            return
-        if call.args != _A_RAW:
-            if call.args != _A_DONE:
-                self._args_out(call, "{}")
-            return
-        text = "".join(call.emitted)
-        closers = "".join(
-            "]" if f.arr else "}" for f in reversed(self._stack) if f.role in (_V_RAW, _V_ARGS)
-        )
-        for fix in ("", '"', "null", ":null", '":null'):
-            try:
-                value = json.loads(text + fix + closers)
-            except ValueError:
-                continue
-            if isinstance(value, dict):
-                self._args_out(call, fix + closers)
-                return
+    def _drop_open_call(self) -> int | None:
+        """Forget the call whose arguments never completed (cut off, or invalid JSON); it
+        was never emitted, so the next call takes its index. Returns that index."""
+        call = self._open_call
+        if call is None:
+            return None
+        self._open_call = None
+        self._ncalls -= 1
+        return call.index
 
     # -- decoded strings ------------------------------------------------------------------
 
@@ -541,14 +528,15 @@ class AnswerParser:
         elif role == _V_ARGS:
             call = self._stack[-1].call
             text = "".join(self._sbuf)
-            try:
-                ok = isinstance(json.loads(text), dict)
+            try:  # (too deep to decode safely: not an object either)
+                ok = isinstance(jsondepth.loads(text), dict)
             except ValueError:
                 ok = False
             if call is not None:
                 call.args = _A_DONE
                 if call.index is not None:
                     self._args_out(call, text if ok else "{}")
+                    self._release(call)
                 else:
                     call.held = text if ok else "{}"
 
@@ -587,7 +575,6 @@ class AnswerParser:
                                 esc = s[i:j].translate(_CTRL_ESC)
                                 self._rparts.append(s[raw_from:i])
                                 self._rparts.append(esc)
-                                self._rlen += i - raw_from + len(esc)
                                 raw_from = j
                             i = j
                         else:
@@ -595,12 +582,8 @@ class AnswerParser:
                     if i == j:
                         if i < n and s[i] == '"':
                             i += 1
-                            if raw_from >= 0:
-                                self._rclean = self._rlen + i - raw_from
                             self._end_string()
                             continue
-                        if raw_from >= 0:
-                            self._rclean = self._rlen + i - raw_from
                         if i == n:
                             break
                 m = _STR_RUN.match(s, i)
@@ -609,15 +592,11 @@ class AnswerParser:
                     if self._srole >= _V_RESPONSE:
                         self._dec(s[i:j])
                     i = j
-                    if raw_from >= 0:
-                        self._rclean = self._rlen + i - raw_from
                     if i == n:
                         break
                 c = s[i]
                 i += 1
                 if c == '"':
-                    if raw_from >= 0:
-                        self._rclean = self._rlen + i - raw_from
                     self._end_string()
                 elif c == "\\":
                     m = _ESC_RE.match(s, i - 1)
@@ -632,15 +611,11 @@ class AnswerParser:
                             self._dec(_ESCAPES[m.group(2)])
                         else:
                             self._dec_code(int(hexa, 16))
-                    if raw_from >= 0:
-                        self._rclean = self._rlen + i - raw_from
                 elif raw_from >= 0:  # raw control char: escape it to keep the JSON valid
                     esc = json.dumps(c)[1:-1]
                     self._rparts.append(s[raw_from : i - 1])
                     self._rparts.append(esc)
-                    self._rlen += i - 1 - raw_from + len(esc)
                     raw_from = i
-                    self._rclean = self._rlen
                 elif self._srole >= _V_RESPONSE:
                     self._dec(c)
                 continue
@@ -668,8 +643,6 @@ class AnswerParser:
                     outcome = _ERROR
                     break
                 i += 1
-                if self._st == _S_STR and raw_from >= 0:
-                    self._rclean = self._rlen + i - raw_from
                 continue
             if st == _S_TOK:
                 m = _TOK_RUN.match(s, i)
@@ -683,8 +656,6 @@ class AnswerParser:
                     break
                 self._tok = ""
                 self._st = _S_AFTER
-                if raw_from >= 0:
-                    self._rclean = self._rlen + i - raw_from
                 continue
             if c in " \t\n\r":
                 i += 1
@@ -712,25 +683,24 @@ class AnswerParser:
                     outcome = _CLOSED
                     break
                 self._st = _S_AFTER
-                if raw_from >= 0:
-                    self._rclean = self._rlen + i - raw_from
                 if role == _V_CALL and top.call is not None:
                     call = top.call
                     if call.index is not None and call.args in (_A_NONE, _A_EMPTY):
                         self._args_out(call, "{}")
+                    self._release(call)
                 elif role == _V_ARGS and self._acall is not None:
                     call = self._acall
                     self._rparts.append(s[raw_from:i])
                     text = "".join(self._rparts)
+                    call.args = _A_DONE
                     if call.index is not None:
                         self._args_out(call, text)
+                        self._release(call)
                     else:
                         call.held = text
-                    call.args = _A_DONE
                     self._raw_on = False
                     self._acall = None
                     self._rparts = []
-                    self._rlen = self._rclean = 0
                     raw_from = -1
                 continue
             if st in (_S_OBJ_FIRST, _S_OBJ_KEY) and c == '"' and top is not None:
@@ -745,8 +715,6 @@ class AnswerParser:
                             self._vrole = _V_SKIP if top.role == _V_SKIP else _V_RAW
                         else:
                             self._st = _S_AFTER
-                        if raw_from >= 0:
-                            self._rclean = self._rlen + i - raw_from
                         continue
                 self._skey = True
                 self._srole = _V_KEY if top.role in (_V_TOP, _V_CALL) else _V_SKIP
@@ -761,8 +729,6 @@ class AnswerParser:
                     # fast: a plain string or a number/literal that ends here
                     i = m.end()
                     self._st = _S_AFTER
-                    if raw_from >= 0:
-                        self._rclean = self._rlen + i - raw_from
                     continue
                 if (
                     c in "{["
@@ -780,19 +746,17 @@ class AnswerParser:
                             call.args = _A_DONE
                             if call.index is not None:
                                 self._args_out(call, s[i:end])
+                                self._release(call)
                             else:
                                 call.held = s[i:end]
                     i = end
                     self._st = _S_AFTER
-                    if raw_from >= 0:
-                        self._rclean = self._rlen + i - raw_from
                     continue
                 if c == "{" and self._vrole == _V_ARGS and top is not None and top.call:
                     self._acall = top.call
                     top.call.args = _A_RAW
                     self._raw_on = True
                     self._rparts = []
-                    self._rlen = self._rclean = 0
                     raw_from = i
                 if not self._begin_value(c, top):
                     outcome = _ERROR
@@ -803,11 +767,8 @@ class AnswerParser:
                 outcome = _ERROR
                 break
             i += 1
-            if raw_from >= 0:
-                self._rclean = self._rlen + i - raw_from
         if raw_from >= 0:
             self._rparts.append(s[raw_from:i])
-            self._rlen += i - raw_from
         return i, outcome
 
     def _key_role(self, frame: _Frame) -> int:

@@ -199,12 +199,13 @@ async def serve(settings: Settings) -> None:
 
 
 async def drain(gateway: Gateway, force: asyncio.Event, timeout_s: float) -> None:
-    """New calls get 503 and /health says draining; running calls may finish, up to
+    """New and queued calls get 503 and /health says draining; running calls may finish, up to
     ``timeout_s`` or a second signal; what is left is then killed by the shutdown."""
-    gateway.supervisor.draining = True
+    gateway.supervisor.drain()  # queued calls: 503 at once
     log.info("draining", running=gateway.supervisor.running, timeout_s=timeout_s)
     deadline = asyncio.get_running_loop().time() + timeout_s
-    while gateway.supervisor.running + gateway.supervisor.waiting and not force.is_set():
+    # admitted, not running: a call whose CLI is still starting holds a slot and must finish
+    while gateway.supervisor.admitted + gateway.supervisor.waiting and not force.is_set():
         left = deadline - asyncio.get_running_loop().time()
         if left <= 0:
             break

@@ -117,7 +117,9 @@ def api_error(exc: CallError) -> APIError:
             headers=_retry_after(exc.retry_after_s),
         )
     if isinstance(exc, ShuttingDown):
-        return APIError(503, exc.message, code="shutting_down")
+        return APIError(
+            503, exc.message, code="shutting_down", headers=_retry_after(exc.retry_after_s)
+        )
     if isinstance(exc, CliMissing):
         return APIError(503, exc.message, code="cli_not_found")
     if isinstance(exc, CliTimeout):

@@ -55,10 +55,12 @@ class SlotsBusy(CallError):
 
 
 class ShuttingDown(CallError):
-    """The gateway is stopping; no new CLI is started."""
+    """The gateway is stopping; no new CLI is started. ``retry_after_s``: when to retry (a
+    restarted gateway, or another instance behind the same address, takes the call)."""
 
-    def __init__(self) -> None:
-        super().__init__("the gateway is shutting down")
+    def __init__(self, retry_after_s: float | None = None) -> None:
+        super().__init__("the gateway is shutting down; retry later")
+        self.retry_after_s = retry_after_s
 
 
 class CliMissing(CallError):

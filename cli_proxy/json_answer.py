@@ -14,6 +14,7 @@ from typing import Any
 
 import jsonschema
 
+from . import jsondepth
 from .protocol import ResponseFormat
 
 
@@ -22,7 +23,15 @@ class JsonAnswerError(ValueError):
 
 
 def extract_object(text: str) -> str:
-    """The first complete JSON object in ``text``, exactly as the model wrote it."""
+    """The first complete JSON object in ``text``, exactly as the model wrote it.
+
+    Text nesting deeper than ``jsondepth.MAX_DEPTH`` is refused at once: the recursive
+    decoder would fail on it at every ``{`` in turn (20,000 levels: 8.5 s of event loop)."""
+    if jsondepth.depth(text) > jsondepth.MAX_DEPTH:
+        raise JsonAnswerError(
+            f"the model's answer nests deeper than {jsondepth.MAX_DEPTH} levels; "
+            "no JSON object is taken from it"
+        )
     decoder = json.JSONDecoder()
     start = text.find("{")
     while start >= 0:
@@ -36,14 +45,30 @@ def extract_object(text: str) -> str:
     raise JsonAnswerError("the model's answer holds no JSON object")
 
 
+SCHEMA_CHECK_DEPTH = 64
+"""Deepest answer checked against a strict schema. jsonschema recurses several frames per
+level (more with ``$ref``/``anyOf``): 150 levels already exhaust the interpreter's stack with
+a recursive schema, so deeper answers are refused before the check, which never recurses
+out of bounds (and its own ``RecursionError`` is caught, should a schema cost more)."""
+
+
 def checked(text: str, fmt: ResponseFormat) -> str:
     """The answer's JSON object, checked against a strict schema when there is one."""
     obj_text = extract_object(text)
     schema_spec: dict[str, Any] = fmt.json_schema or {}
     schema = schema_spec.get("schema")
     if fmt.type == "json_schema" and schema_spec.get("strict") and isinstance(schema, dict):
+        if jsondepth.depth(obj_text) > SCHEMA_CHECK_DEPTH:
+            raise JsonAnswerError(
+                f"the model's JSON nests deeper than {SCHEMA_CHECK_DEPTH} levels; "
+                "it cannot be checked against the strict schema"
+            )
         try:
             jsonschema.validate(json.loads(obj_text), schema)
+        except RecursionError:
+            raise JsonAnswerError(
+                "the model's JSON nests too deep to be checked against the strict schema"
+            ) from None
         except jsonschema.ValidationError as exc:
             where = "/".join(map(str, exc.absolute_path)) or "(root)"
             raise JsonAnswerError(

@@ -31,11 +31,18 @@ def escape_controls(
 
 
 def configure(level: str = "info", json_output: bool = False) -> None:
+    """Tracebacks are plain, never with local variables: structlog's default formatter is
+    rich's when rich is installed, which prints every frame's locals, and those hold the
+    request's messages (a prompt at error level: issue 24, D1)."""
     numeric = logging.getLevelNamesMapping().get(level.upper(), logging.INFO)
-    renderer: structlog.types.Processor = (
-        structlog.processors.JSONRenderer()
+    renderers: list[structlog.types.Processor] = (
+        [structlog.processors.format_exc_info, structlog.processors.JSONRenderer()]
         if json_output
-        else structlog.dev.ConsoleRenderer(colors=False)
+        else [
+            structlog.dev.ConsoleRenderer(
+                colors=False, exception_formatter=structlog.dev.plain_traceback
+            )
+        ]
     )
     structlog.configure(
         processors=[
@@ -43,7 +50,7 @@ def configure(level: str = "info", json_output: bool = False) -> None:
             structlog.processors.add_log_level,
             structlog.processors.TimeStamper(fmt="iso", utc=True),
             escape_controls,
-            renderer,
+            *renderers,
         ],
         wrapper_class=structlog.make_filtering_bound_logger(numeric),
         logger_factory=structlog.PrintLoggerFactory(file=sys.stderr),

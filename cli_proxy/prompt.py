@@ -15,6 +15,7 @@ from typing import Any
 
 from lxml import etree
 
+from . import jsondepth
 from .images import PromptImage
 from .protocol import (
     AssistantMessage,
@@ -352,10 +353,13 @@ def _history(
 
 
 def _compact_args(arguments: str) -> str:
+    """Arguments in compact JSON; text that is not JSON, or nests too deep to decode safely,
+    is kept as the client sent it (opaque text, escaped like any other)."""
     try:
-        return json.dumps(json.loads(arguments), ensure_ascii=False, separators=(",", ":"))
+        value = jsondepth.loads(arguments)
     except ValueError:
         return arguments
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"))
 
 
 def _segments(content: Content, images: Mapping[str, PromptImage]) -> list[str | PromptImage]:

@@ -144,9 +144,11 @@ ReasoningEffort = Literal["none", "minimal", "low", "medium", "high", "xhigh"]
 """OpenAI's reasoning levels; each backend maps them to what its CLI offers."""
 
 
-MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@+/-]{0,127}$"
-"""A model name is a name: no leading "-" (it would reach the CLI's argv as a flag), no NUL
-or control characters, at most 128 characters."""
+MODEL_NAME = r"^[A-Za-z0-9][A-Za-z0-9._:@+-]*(?:/[A-Za-z0-9][A-Za-z0-9._:@+-]*)*$"
+"""A model name is a name: neither it nor any ``/``-separated part of it (``gemini/NAME``
+hands NAME to the CLI) starts with "-", so no part of it could be read as a CLI option
+(the backends also pass it as one ``--model=NAME`` word); no NUL, control characters or
+spaces; at most 128 characters (the fields' ``max_length``)."""
 
 
 class ChatCompletionRequest(_Lenient):

@@ -24,7 +24,7 @@ def route(model: str, enabled: Backends) -> Route | None:
     name = model.strip()
     if "/" in name:
         backend, _, rest = name.partition("/")
-        if backend in enabled and rest:
+        if backend in enabled and rest and not rest.startswith("-"):  # never a CLI option
             return Route(backend, rest)
         return None
     lower = name.lower()

@@ -180,7 +180,16 @@ MAX_JSON_DEPTH = 64  # deeper request bodies (any field, tool schemas included):
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
-    timeout_s = request.app[GATEWAY].settings.body_timeout_s
+    settings = request.app[GATEWAY].settings
+    declared, limit = request.content_length, settings.max_body_bytes
+    if declared is not None and declared > limit:  # refused before a byte of it is awaited
+        raise APIError(
+            413,
+            f"request body too large: {declared} bytes declared, the limit is {limit} "
+            "(max_body_bytes)",
+            code="request_too_large",
+        )
+    timeout_s = settings.body_timeout_s
     try:
         async with asyncio.timeout(timeout_s):
             raw = await request.read()

@@ -47,9 +47,11 @@ class Supervisor:
     retry_after_s: int = 2
     _running: set[CliRun] = field(default_factory=set)
     _waiting: int = 0
+    _admitted: int = 0  # slots held: running calls, and calls still starting their CLI
     _sem: asyncio.Semaphore | None = None
+    _stop: asyncio.Event | None = None  # set by drain() and shutdown(): wakes the queue
     _closing: bool = False
-    draining: bool = False  # stopping: calls already admitted or queued go on, new ones 503
+    draining: bool = False  # stopping: running calls go on; queued and new ones get 503
 
     @property
     def running(self) -> int:
@@ -60,6 +62,11 @@ class Supervisor:
         return self._waiting
 
     @property
+    def admitted(self) -> int:
+        """Calls holding a slot, their CLI started or not: what a drain waits for."""
+        return self._admitted
+
+    @property
     def closing(self) -> bool:
         return self._closing
 
@@ -68,11 +75,23 @@ class Supervisor:
             self._sem = asyncio.Semaphore(self.max_concurrency)
         return self._sem
 
+    def _stopping(self) -> asyncio.Event:
+        if self._stop is None:
+            self._stop = asyncio.Event()
+        return self._stop
+
+    def drain(self) -> None:
+        """Stop taking calls (SIGTERM): running calls go on; every queued one and every new
+        one gets 503 with Retry-After at once, instead of waiting out the drain to be
+        refused (or to start at its end and be killed)."""
+        self.draining = True
+        self._stopping().set()
+
     @contextlib.asynccontextmanager
     async def admit(self) -> AsyncIterator[Slot]:
         """Wait for a slot (bounded queue, bounded wait); release it when the block ends."""
         if self._closing or self.draining:
-            raise ShuttingDown()
+            raise ShuttingDown(self.retry_after_s)
         started = time.monotonic()
         sem = self._semaphore()
         if sem.locked():
@@ -80,20 +99,20 @@ class Supervisor:
                 raise self._busy("all CLI slots are busy and the wait queue is full")
             self._waiting += 1
             try:
-                await asyncio.wait_for(sem.acquire(), timeout=self.limits.timeout_s)
-            except TimeoutError:
-                raise self._busy("timed out waiting for a free CLI slot") from None
+                await self._queue_for(sem)
             finally:
                 self._waiting -= 1
         else:
             await sem.acquire()
         slot = Slot(self, started, started + self.limits.timeout_s)
         slot.queue_wait_s = time.monotonic() - started
+        self._admitted += 1
         try:
             if self._closing:  # shut down while this request waited in the queue
-                raise ShuttingDown()
+                raise ShuttingDown(self.retry_after_s)
             yield slot
         finally:
+            self._admitted -= 1
             if slot.run is not None:
                 self._running.discard(slot.run)
             sem.release()
@@ -103,7 +122,7 @@ class Supervisor:
         """A call that waits before ``admit`` (for its login's refresh: ``logins.py``) counts
         as queued: the queue bound, ``/health`` and the drain on stop see it."""
         if self._closing or self.draining:
-            raise ShuttingDown()
+            raise ShuttingDown(self.retry_after_s)
         if self._waiting >= self.max_queue:
             raise self._busy("the wait queue is full")
         self._waiting += 1
@@ -111,6 +130,33 @@ class Supervisor:
             yield
         finally:
             self._waiting -= 1
+
+    async def _queue_for(self, sem: asyncio.Semaphore) -> None:
+        """Wait in the queue for a slot: until one is free (then it is held), the queue
+        wait ends (429), or the gateway stops (503)."""
+        acquire = asyncio.ensure_future(sem.acquire())
+        stop = asyncio.ensure_future(self._stopping().wait())
+        try:
+            await asyncio.wait(
+                (acquire, stop), timeout=self.limits.timeout_s, return_when=asyncio.FIRST_COMPLETED
+            )
+        except BaseException:  # the caller was cancelled (its client went away)
+            stop.cancel()
+            if acquire.done() and not acquire.cancelled():
+                sem.release()
+            else:
+                acquire.cancel()  # a slot granted meanwhile is handed on by the semaphore
+            raise
+        stop.cancel()
+        if acquire.done() and not (self.draining or self._closing):
+            return
+        if acquire.done():
+            sem.release()
+        else:
+            acquire.cancel()
+        if self.draining or self._closing:
+            raise ShuttingDown(self.retry_after_s)
+        raise self._busy("timed out waiting for a free CLI slot")
 
     def _busy(self, message: str) -> SlotsBusy:
         return SlotsBusy(
@@ -121,6 +167,7 @@ class Supervisor:
     async def shutdown(self) -> None:
         """Kill every tree still running; used on server stop."""
         self._closing = True
+        self._stopping().set()
         runs = list(self._running)
         for r in runs:
             r.stats.killed = "shutdown"

@@ -367,8 +367,10 @@ def leaks(path: Path, forbidden: list[str]) -> list[str]:
     found = [s for s in forbidden if s in text]
     args = data.get("argv", [])
     for before, arg in zip(["", *args], args, strict=False):
-        # codex's --config key=value overrides are the gateway's own sealing settings
-        if arg == API_KEY or ("=" in arg and before != "--config") or "API_KEY" in arg:
+        # codex's --config key=value overrides are the gateway's own sealing settings, and
+        # --model=NAME is how every backend passes the model
+        own = before == "--config" or arg.startswith("--model=")
+        if arg == API_KEY or ("=" in arg and not own) or "API_KEY" in arg:
             found.append(f"argv element {arg!r}")
     if f'"{API_KEY}"' in text or "x-api-key" in text or "x-goog-api-key" in text:
         found.append("an API key value or header")

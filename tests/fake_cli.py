@@ -87,6 +87,17 @@ def stream_json_prompt(data: str) -> str:
     return "".join(texts)
 
 
+def option(argv: list[str], name: str) -> str | None:
+    """An option's value, given as ``--name=VALUE`` (how the gateway passes values) or as
+    ``--name VALUE``."""
+    for i, arg in enumerate(argv):
+        if arg.startswith(name + "="):
+            return arg[len(name) + 1 :]
+        if arg == name and i + 1 < len(argv):
+            return argv[i + 1]
+    return None
+
+
 def directive(prompt: str) -> dict[str, object]:
     idx = prompt.rfind("@@fake ")
     if idx < 0:
@@ -135,7 +146,7 @@ class Out:
 
 def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: str) -> None:
     out = Out(spec)
-    model = argv[argv.index("--model") + 1] if "--model" in argv else "claude-sonnet-4-6"
+    model = option(argv, "--model") or "claude-sonnet-4-6"
     session = str(uuid.uuid4())
     tools: list[str] = [] if "--tools" in argv else ["Bash", "Edit", "Read"]
     out.emit(
@@ -290,7 +301,7 @@ def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: st
 
 def run_gemini(argv: list[str], prompt: str, spec: dict[str, object], answer: str) -> None:
     out = Out(spec)
-    model = argv[argv.index("--model") + 1] if "--model" in argv else "gemini-2.5-flash"
+    model = option(argv, "--model") or "gemini-2.5-flash"
     stamp = "2026-11-22T18:22:40.354Z"
     out.emit({"type": "init", "timestamp": stamp, "session_id": str(uuid.uuid4()), "model": model})
     out.emit({"type": "message", "timestamp": stamp, "role": "user", "content": prompt})

@@ -8,6 +8,7 @@ claude's stream-json line, or gemini's ACP session/prompt) and carries the scrip
 XML escaping):
 
   out     urlsafe base64 of the bytes to print, as they are (no newline added)
+  zout    the same, zlib-compressed first (a 100,000-deep answer fits in a prompt)
   huge    then this many bytes of "x" with no newline (one huge line)
   nest    then a JSON line nested this deep ([[[...1...]]]), newline-terminated
   stall   print nothing at all and sleep (a CLI that hangs)
@@ -25,6 +26,7 @@ import json
 import re
 import sys
 import time
+import zlib
 
 MAX_LIFE_S = 60.0
 MARK = re.compile(rb"@@hostile ([A-Za-z0-9_=-]+)")
@@ -73,6 +75,8 @@ def main() -> int:
         time.sleep(MAX_LIFE_S)
         return 0
     raw = base64.urlsafe_b64decode(str(spec.get("out", "")))
+    if "zout" in spec:
+        raw = zlib.decompress(base64.urlsafe_b64decode(str(spec["zout"])))
     if raw:
         out.write(raw)
         out.flush()

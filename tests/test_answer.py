@@ -253,14 +253,48 @@ def test_cut_off_reply_keeps_streamed_content() -> None:
     assert parse('{"tool_call":null,"response":"Hel') == ("Hel", [], "stop")
 
 
-def test_cut_off_call_is_closed_off() -> None:
+def test_a_cut_off_call_is_dropped_never_closed_off_or_shown() -> None:
+    """Issue 24 (D3): a call whose arguments did not complete never reaches the client, not
+    even its start, streaming or not; the parser says it was cut off."""
     head = '{"tool_call":{"name":"f","arguments":'
-    assert parse(head + '{"a":"xy') == (None, [("f", {"a": "xy"})], "tool_calls")
-    assert parse(head + '{"a":1,') == (None, [("f", {"a": 1})], "tool_calls")
-    assert parse(head + '{"a":') == (None, [("f", {"a": None})], "tool_calls")
-    assert parse(head + '{"a":[1,{"b') == (None, [("f", {"a": [1, {"b": None}]})], "tool_calls")
-    assert parse(head + '{"a":"x\\u00') == (None, [("f", {"a": "x"})], "tool_calls")
-    assert parse(head) == (None, [("f", {})], "tool_calls")
+    for tail in ('{"a":"xy', '{"a":1,', '{"a":', '{"a":[1,{"b', '{"a":"x\\u00', "", '"{\\"a'):
+        assert parse(head + tail) == (None, [], "stop"), tail
+        parser = AnswerParser(ids())
+        events = [ev for ch in head + tail for ev in parser.feed(ch)] + parser.finish()
+        assert events == [] and parser.cut_off and parser.cut_call == 0, tail
+    # after a complete call and a reply, the cut one alone is dropped
+    text = '{"response":"Hi","tool_calls":[{"name":"a","arguments":{}},{"name":"b","arguments":{'
+    parser = AnswerParser(ids())
+    assert accumulate(parser.feed(text) + parser.finish()) == ("Hi", [("call_0", "a", "{}")])
+    assert parser.cut_off and parser.cut_call == 1 and parser.finish_reason == "tool_calls"
+    # arguments complete, the call object cut: the call is whole, so it counts
+    assert parse(head + '{"a":1}') == (None, [("f", {"a": 1})], "tool_calls")
+
+
+def test_a_call_is_emitted_only_once_its_arguments_are_complete() -> None:
+    text = '{"tool_call":{"name":"f","arguments":{"a":[1,2],"b":"x"}}}'
+    parser = AnswerParser(ids())
+    for i, ch in enumerate(text):
+        events = parser.feed(ch)
+        if i < text.index("}"):
+            assert events == [], (i, events)
+        elif events:
+            assert events == [
+                ToolCallStart(0, "call_0", "f"),
+                ToolCallArgs(0, '{"a":[1,2],"b":"x"}'),
+            ]
+            break
+    else:
+        raise AssertionError("the call was never emitted")
+
+
+def test_invalid_json_inside_a_held_call_is_text() -> None:
+    """Nothing was emitted (the call was held back): the object is shown as text, like any
+    malformed object; after something was emitted, the held call is dropped."""
+    text = '{"tool_call":{"name":"f","arguments":{"a":1 oops}}}'
+    assert parse(text) == (text, [], "stop")
+    text = '{"response":"Hi","tool_call":{"name":"f","arguments":{"a":1 oops}}}'
+    assert parse(text) == ("Hi", [], "stop")
 
 
 def test_cut_off_before_anything_emitted_is_text() -> None:
@@ -270,6 +304,8 @@ def test_cut_off_before_anything_emitted_is_text() -> None:
 def test_finish_reason_before_finish_and_after() -> None:
     parser = AnswerParser(ids())
     parser.feed('{"tool_call":{"name":"f"')
+    assert parser.finish_reason == "stop"  # not emitted yet
+    parser.feed(',"arguments":{}')
     assert parser.finish_reason == "tool_calls"
     assert AnswerParser(ids()).finish_reason == "stop"
 
@@ -403,10 +439,10 @@ def test_completed_and_cut_calls_have_object_arguments(
     events, _ = stream(split(text, cut))
     _, done = accumulate(events)
     assert [json.loads(args) for _, _, args in done] == [a for _, a, _ in drawn]
-    # cut anywhere: every call that started is closed off to arguments that parse to an object
+    # cut anywhere: every call that reaches the client has its arguments complete, as written
     events, _ = stream(split(text[:keep], cut))
-    for _, _, args in accumulate(events)[1]:
-        assert isinstance(json.loads(args), dict)
+    got = [json.loads(args) for _, _, args in accumulate(events)[1]]
+    assert got == [a for _, a, _ in drawn][: len(got)]
 
 
 # -- large answers: the fast paths (whole strings and containers at once) keep the behaviour --
@@ -459,29 +495,25 @@ def test_raw_control_chars_in_a_large_argument_are_escaped_for_any_split() -> No
         assert coalesce(stream(pieces(text, seed, 50))[0]) == expected
 
 
-def test_argument_deltas_of_a_large_call_stream_as_they_arrive() -> None:
+def test_a_large_call_is_emitted_whole_at_the_feed_that_completes_it() -> None:
     text, args = big_call(100_000)
     parser = AnswerParser(ids())
     fed = 0
-    streamed: list[str] = []
-    head = text.index('"content": "') + len('"content": "')
-    tail = text.index('", "n"')
-    feeds_with_args = 0
+    end = text.index(', "n": [1, 2.5]}') + len(', "n": [1, 2.5]}')  # its arguments close
     for piece in pieces(text, 7):
         events = parser.feed(piece)
         fed += len(piece)
-        new = [e.fragment for e in events if isinstance(e, ToolCallArgs)]
-        streamed += new
-        feeds_with_args += bool(new)
-        if head < fed < tail:
-            # all of the string argument that arrived is out, but for a cut escape (<= 5 chars)
-            out = len("".join(streamed))
-            in_args = fed - text.index('{"path"')
-            assert in_args - 5 <= out <= in_args
-            assert text.startswith("".join(streamed), text.index('{"path"'))
-    assert feeds_with_args > 400  # one piece per feed while the string argument streams
-    streamed += [e.fragment for e in parser.finish() if isinstance(e, ToolCallArgs)]
-    assert json.loads("".join(streamed)) == args
+        if fed < end:
+            assert events == []
+        elif events:
+            assert fed - len(piece) < end  # this very feed completed them
+            assert events[0] == ToolCallStart(0, "call_0", "write")
+            assert [type(e) for e in events] == [ToolCallStart, ToolCallArgs]
+            assert isinstance(events[1], ToolCallArgs)
+            assert json.loads(events[1].fragment) == args
+            break
+    else:
+        raise AssertionError("the call was never emitted")
 
 
 def test_a_long_reply_streams_decoded_as_it_arrives() -> None:
@@ -525,15 +557,15 @@ def test_containers_read_at_once_agree_with_the_char_reader() -> None:
         nested = [nested]
     nested = {"a": nested, "c": "}]"}
     cases = [
-        # NaN is no JSON: the call stops at it (it already started), closed off
-        (head + '{"a":[1,2,NaN]}}}', [("f", {"a": [1, 2]})]),
+        # NaN is no JSON: the call never completes (held back, so the object is text)
+        (head + '{"a":[1,2,NaN]}}}', []),
         (head + "[1, {}]}}", [("f", {})]),  # an array is no arguments object
         (head + json.dumps(nested) + "}}", [("f", nested)]),
         # skipped containers: unknown keys, deep ones too
         ('{"x":' + deep + ',"thought":{"a":[1,{"b":"}"}]},' + head[1:] + "{}}}", [("f", {})]),
     ]
     for text, expected in cases:
-        assert parse(text)[1:] == (expected, "tool_calls"), text[:60]
+        assert parse(text)[1:] == (expected, "tool_calls" if expected else "stop"), text[:60]
         whole = coalesce(stream([text])[0])
         for seed in range(3):
             assert coalesce(stream(pieces(text, seed, 40))[0]) == whole

@@ -70,9 +70,8 @@ async def test_a_cut_off_call_is_not_returned_as_a_finished_one(served: Served, 
     assert plain.choices[0].finish_reason == "length"
     assert not plain.choices[0].message.tool_calls  # no half-made call
     assert streamed.finish_reason == "length"
-    for call in streamed.calls.values():
-        # what the model wrote, and nothing the gateway made up to close it
-        assert call["arguments"] == '{"city":"Par'
+    # issue 24 (D3): streamed, not even the call's start (it was held until complete)
+    assert streamed.calls == {}
 
 
 @pytest.mark.parametrize("model", MODELS)
@@ -98,8 +97,38 @@ async def test_responses_api_leaves_a_cut_off_call_out(served: Served, model: st
             final = event.response
     assert final is not None and final.status == "incomplete"
     assert not [item for item in final.output if item.type == "function_call"]
-    calls = [item for item in done_items if item.type == "function_call"]
-    assert calls and all(item.status == "incomplete" for item in calls)
+    # issue 24 (D3): the call was held until complete, so no item of it was ever sent
+    assert not [item for item in done_items if item.type == "function_call"]
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_only_the_cut_off_call_is_left_out(served: Served, model: str) -> None:
+    """Issue 24 (D3): cut inside the second call, the first (complete) reaches the client,
+    the second never does: chat and Responses, streaming and not."""
+    cut = TWO[: TWO.index('"tz": "C') + len('"tz": "C')]
+    plain, streamed = await both(served, model, cut, tools=[WEATHER, TIME])
+    assert plain.choices[0].finish_reason == streamed.finish_reason == "length"
+    calls = plain.choices[0].message.tool_calls or []
+    assert [(c.function.name, c.function.arguments) for c in calls] == [
+        ("get_weather", '{"city": "Oslo"}')
+    ]
+    assert [(c["name"], c["arguments"]) for c in streamed.calls.values()] == [
+        ("get_weather", '{"city": "Oslo"}')
+    ]
+    tools = [{"type": "function", **t["function"]} for t in (WEATHER, TIME)]
+    args: dict[str, Any] = {"model": model, "input": "go" + fake(answer=cut), "tools": tools}
+    final = await served.client.responses.create(**args)
+    streamed_final: Any = None
+    async for event in await served.client.responses.create(stream=True, **args):
+        if event.type == "response.output_item.added":
+            assert event.item.type != "function_call" or event.item.name == "get_weather"
+        if event.type == "response.incomplete":
+            streamed_final = event.response
+    for resp in (final, streamed_final):
+        assert resp.status == "incomplete"
+        assert [(i.name, i.arguments) for i in resp.output if i.type == "function_call"] == [
+            ("get_weather", '{"city": "Oslo"}')
+        ]
 
 
 @pytest.mark.parametrize("model", MODELS)

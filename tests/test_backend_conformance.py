@@ -85,7 +85,8 @@ def _codex_tools_off(argv: list[str], files: dict[str, bytes]) -> bool:
 
 
 def _flag_model(argv: list[str]) -> str:
-    return argv[argv.index("--model") + 1]
+    (model,) = [a.removeprefix("--model=") for a in argv if a.startswith("--model=")]
+    return model
 
 
 def _codex_model(argv: list[str]) -> str:
@@ -240,6 +241,9 @@ def test_argv_has_the_clis_tools_off(backend: str) -> None:
     argv = b.argv(LaunchOptions(model=CONFORMANCE[backend].model))
     assert argv[:2] == ["/opt/cli", "--flag"]
     assert CONFORMANCE[backend].model_of(argv) == CONFORMANCE[backend].model
+    # issue 24 (D5): the model is never an argv word of its own (--model=NAME, or a
+    # --config value for codex), so no model name can be read as an option
+    assert CONFORMANCE[backend].model not in argv and "--model" not in argv
     assert not {"--resume", "--continue", "-r", "-c"} & set(argv)
     files = dict(b.workdir_files(LaunchOptions(model=CONFORMANCE[backend].model)))
     assert CONFORMANCE[backend].tools_off(argv, files)

@@ -15,6 +15,7 @@ import json
 import re
 import sys
 import time
+import zlib
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -37,7 +38,15 @@ TIMEOUT_S, IDLE_S, GRACE_S = 3.0, 1.0, 0.5
 # the whole call: the total timeout, the kill grace, then slack for a loaded 2-core machine
 CALL_BOUND_S = TIMEOUT_S + GRACE_S + 3.0
 # what a CLI failure may become (errors.api_error); a 500 or anything else is a bug
-CLI_ERROR_STATUSES = {401, 402, 429, 502, 503, 504}
+CLI_ERROR_STATUSES = {
+    400,
+    401,
+    402,
+    429,
+    502,
+    503,
+    504,
+}  # 400: a CLI-reported bad request (unknown model)
 
 EXAMPLES = settings(
     max_examples=40,
@@ -118,7 +127,11 @@ def check_stream(api: str, raw: bytes) -> str:
     if api == "chat":
         if last == "[DONE]":
             chunks = [json.loads(d) for d in datas[:-1]]
-            assert chunks and chunks[-1]["choices"][0]["finish_reason"] in ("stop", "length")
+            assert chunks and chunks[-1]["choices"][0]["finish_reason"] in (
+                "stop",
+                "length",
+                "tool_calls",
+            )
             return "done"
         err = json.loads(last)["error"]
         assert set(err) == {"message", "type", "param", "code"}, err
@@ -139,14 +152,20 @@ def call(
     flavour: str = "claude",
     api: str = "chat",
     stream: bool = False,
+    tools: bool = False,
 ) -> tuple[requests.Response, float]:
-    """One call whose CLI is scripted by ``spec``; checks every property but the answer."""
+    """One call whose CLI is scripted by ``spec``; checks every property but the answer.
+    With ``tools``, the request offers ``TOOL``: the answer is read for tool calls."""
     prompt = encode(spec)
     if api == "chat":
         path = "/v1/chat/completions"
         body: dict[str, Any] = {"messages": [{"role": "user", "content": prompt}]}
+        if tools:
+            body["tools"] = [{"type": "function", "function": TOOL}]
     else:
         path, body = "/v1/responses", {"input": prompt}
+        if tools:
+            body["tools"] = [{"type": "function", **TOOL}]
     body.update(model=MODELS[flavour], stream=stream)
     started = time.monotonic()
     resp = http.post(f"{live.base_url}{path}", json=body, timeout=CALL_BOUND_S + 10)
@@ -194,9 +213,76 @@ def answer_text(api: str, stream: bool, resp: requests.Response) -> str | None:
     )
 
 
+def answer_calls(api: str, stream: bool, resp: requests.Response) -> list[tuple[str, str]]:
+    """(name, arguments) of every tool call a 200 answer holds, as a client assembles them."""
+    if not stream:
+        body = resp.json()
+        if api == "chat":
+            calls = body["choices"][0]["message"].get("tool_calls") or []
+            return [(c["function"]["name"], c["function"]["arguments"]) for c in calls]
+        return [(i["name"], i["arguments"]) for i in body["output"] if i["type"] == "function_call"]
+    datas = [e.split("data: ", 1)[1] for e in sse_events(resp.content)]
+    if api == "chat":
+        acc: dict[int, list[str]] = {}
+        for chunk in map(json.loads, datas[:-1]):
+            for choice in chunk.get("choices", []):
+                for tc in choice["delta"].get("tool_calls") or []:
+                    call = acc.setdefault(tc["index"], ["", ""])
+                    call[0] += tc["function"].get("name") or ""
+                    call[1] += tc["function"].get("arguments") or ""
+        return [(c[0], c[1]) for _, c in sorted(acc.items())]
+    items: dict[str, list[str]] = {}
+    for event in map(json.loads, datas):
+        if (
+            event["type"] == "response.output_item.added"
+            and event["item"]["type"] == "function_call"
+        ):
+            items[event["item"]["id"]] = [event["item"]["name"], ""]
+        elif event["type"] == "response.function_call_arguments.delta":
+            items[event["item_id"]][1] += event["delta"]
+    return [(c[0], c[1]) for c in items.values()]
+
+
+def cli_answer(flavour: str, pieces: list[str]) -> bytes:
+    """The stdout of a real CLI of this flavour answering the text ``pieces`` (as token
+    deltas): the captured init and result lines around deltas in the CLI's own format."""
+    text = "".join(pieces)
+    lines = CLEAN[flavour].splitlines()
+    if flavour == "claude":
+        init, _, result = (json.loads(line) for line in lines)
+        deltas = [
+            {
+                "type": "stream_event",
+                "event": {
+                    "type": "content_block_delta",
+                    "index": 0,
+                    "delta": {"type": "text_delta", "text": p},
+                },
+            }
+            for p in pieces
+        ]
+        whole = {
+            "type": "assistant",
+            "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
+        }
+        out_lines = [init, *deltas, whole, {**result, "result": text}]
+    else:
+        init, result = json.loads(lines[0]), json.loads(lines[-1])
+        deltas = [
+            {"type": "message", "role": "assistant", "content": p, "delta": True} for p in pieces
+        ]
+        out_lines = [init, *deltas, result]
+    return b"".join(json.dumps(line).encode() + b"\n" for line in out_lines)
+
+
 def out(raw: bytes, **spec: Any) -> dict[str, Any]:
     """A hostile_cli script that prints ``raw``."""
     return {"out": base64.urlsafe_b64encode(raw).decode(), **spec}
+
+
+def zout(raw: bytes) -> dict[str, Any]:
+    """The same, compressed: for answers too large for a prompt as they are."""
+    return {"zout": base64.urlsafe_b64encode(zlib.compress(raw, 9)).decode()}
 
 
 # ------------------------------------------------------------------- strategies
@@ -210,6 +296,7 @@ SURROGATE_LINES = [
     b'{"type":"result","status":"success","stats":{"input_tokens":"\\ud800"}}',
     b'{"\\ud800":"\\udbff\\udfff\\ud800"}',
 ]
+TOOL = {"name": "f", "parameters": {"type": "object", "properties": {}}}
 DEEP = b"[" * 5000 + b"]" * 5000
 DEEP_EVENT = b'{"type":"assistant","message":' + b"[" * 5000 + b"]" * 5000 + b"}"
 EVENT_TYPES = ["system", "assistant", "user", "stream_event", "result", "message", "init"]
@@ -315,6 +402,84 @@ def test_noise_lines_do_not_change_the_answer(
 
 def _kw(flavour: str, api: str, stream: bool) -> dict[str, Any]:
     return {"flavour": flavour, "api": api, "stream": stream}
+
+
+# the openers of one nesting level of a tool call's arguments, and their closers
+LEVELS = [("[", "]"), ('{"k":', "}"), ("[1,", "]"), ('{"a":[', "]}"), ('[{"b":', "}]")]
+
+
+@st.composite
+def deep_tool_answers(draw: st.DrawFn) -> tuple[str, str | None]:
+    """(the model's answer text, the arguments a client may receive or None): a tool call
+    whose arguments nest from a few to 100,000 levels (past the interpreter's recursion
+    limit), as an object or a JSON string, whole or cut off anywhere."""
+    depth = draw(
+        st.one_of(
+            st.integers(0, 40),
+            st.integers(180, 220),  # around the gateway's decoding depth (jsondepth)
+            st.integers(950, 1100),  # around the recursion limit
+            st.sampled_from([3_000, 20_000, 100_000]),
+        ),
+        label="depth",
+    )
+    opener, closer = draw(st.sampled_from(LEVELS), label="level")
+    args = '{"x":' + opener * depth + "1" + closer * depth + "}"
+    as_string = draw(st.booleans(), label="as_string")
+    value = json.dumps(args) if as_string else args
+    text = '{"tool_call":{"name":"f","arguments":' + value + "}}"
+    expected: str | None = args
+    levels = 1 + depth * (opener.count("[") + opener.count("{"))
+    if as_string and levels > 200:  # too deep to check that the string holds an object
+        expected = "{}"
+    cut = draw(st.none() | st.integers(0, len(text) - 1), label="cut")
+    if cut is not None:
+        text = text[:cut]
+        expected = None  # cut: the call may or may not have completed before the cut
+    return text, expected
+
+
+@settings(EXAMPLES, max_examples=30)
+@given(
+    answer=deep_tool_answers(),
+    pieces=st.integers(1, 6),
+    api=st.sampled_from(["chat", "responses"]),
+    stream=st.booleans(),
+)
+@pytest.mark.parametrize("flavour", ["claude", "gemini"])
+def test_deep_tool_arguments_never_break_a_call(
+    live: LiveGateway,
+    http: requests.Session,
+    flavour: str,
+    answer: tuple[str, str | None],
+    pieces: int,
+    api: str,
+    stream: bool,
+) -> None:
+    """Issue 24 (D1, D3): a tool call nested past the recursion limit, whole or cut off, in
+    the CLI's real format: an OpenAI answer (never a 500, streams end properly), and a call
+    reaches the client only with its complete arguments, exactly as the model wrote them."""
+    text, expected = answer
+    size = max(1, -(-len(text) // pieces))
+    chunks = [text[i : i + size] for i in range(0, len(text), size)] or [""]
+    resp, _ = call(
+        live,
+        http,
+        zout(cli_answer(flavour, chunks)),
+        flavour=flavour,
+        api=api,
+        stream=stream,
+        tools=True,
+    )
+    if resp.status_code != 200 or (stream and check_stream(api, resp.content) == "error"):
+        return  # an OpenAI error (checked by call): e.g. an empty answer when cut at 0
+    calls = answer_calls(api, stream, resp)
+    if expected is not None:
+        assert calls == [("f", expected)]
+    else:  # cut: no call, or one whose arguments were complete before the cut
+        whole = text.split('"arguments":', 1)[-1]
+        assert all(name == "f" and whole.startswith(args) for name, args in calls) or all(
+            args == "{}" for _, args in calls
+        ), calls
 
 
 # -------------------------------------------------------- the named hostile cases

@@ -122,14 +122,32 @@ def _deep_json(body: dict[str, Any], depth: int) -> bytes:
     return text.replace('"@DEEP@"', "[" * depth + "1" + "]" * depth).encode()
 
 
+OPTION_MODELS = ["gemini/--version", "claude/--yolo", "codex/-c", "gemini/-", "claude/x/--acp"]
+
+
 @pytest.mark.parametrize(
     "model",
-    ["claude\x00-x", "c" * 200_000, "--dangerously-skip-permissions", "-p", "a b", "x\ny", ""],
-    ids=["nul", "huge", "flag", "short-flag", "space", "newline", "empty"],
+    [
+        "claude\x00-x",
+        "c" * 200_000,
+        "--dangerously-skip-permissions",
+        "-p",
+        "a b",
+        "x\ny",
+        "",
+        *OPTION_MODELS,
+    ],
+    ids=["nul", "huge", "flag", "short-flag", "space", "newline", "empty", *OPTION_MODELS],
 )
-async def test_names_that_are_not_names_are_refused(served: Served, model: str) -> None:
-    body = {"model": model, "messages": [{"role": "user", "content": "x"}]}
-    status, ctype, out = await post(served, "/v1/chat/completions", json.dumps(body).encode())
+@pytest.mark.parametrize("path", ["/v1/chat/completions", "/v1/responses"])
+async def test_names_that_are_not_names_are_refused(served: Served, model: str, path: str) -> None:
+    """Issue 24 (D5) too: no part of a model name may start with "-" on any backend: the
+    CLI would read it as an option (``gemini/--version`` printed gemini's version)."""
+    if path == "/v1/chat/completions":
+        body: dict[str, Any] = {"model": model, "messages": [{"role": "user", "content": "x"}]}
+    else:
+        body = {"model": model, "input": "x"}
+    status, ctype, out = await post(served, path, json.dumps(body).encode())
     assert status == 400
     assert error_of(status, ctype, out)["param"] == "model"
 

@@ -113,6 +113,27 @@ async def test_a_body_trickled_in_is_cut_off(serve: ServeFactory) -> None:
     assert "body" in body["error"]["message"]
 
 
+async def test_a_declared_body_above_the_limit_is_413_at_once(serve: ServeFactory) -> None:
+    """Issue 24 (D4): a Content-Length above ``max_body_bytes`` is refused on its headers,
+    not after the body deadline (it was 408 after 60 s): the body is never sent here, and
+    the answer comes long before ``body_timeout_s``."""
+    s = await serve(max_body_bytes=4096, body_timeout_s=600)
+    data = request(["Content-Type: application/json", "Content-Length: 10000000"])
+    assert s.server.port is not None
+    reader, writer = await asyncio.open_connection("127.0.0.1", s.server.port)
+    try:
+        writer.write(data)  # the head only: the 10 MB never come
+        await writer.drain()
+        head = await asyncio.wait_for(reader.readuntil(b"\r\n\r\n"), timeout=20)
+        status, headers, _ = parse(head + b"{}")
+        body = await asyncio.wait_for(reader.readexactly(int(headers["content-length"])), 20)
+    finally:
+        writer.close()
+    assert status == 413 and headers["content-type"] == "application/json"
+    err = json.loads(body)["error"]
+    assert err["code"] == "request_too_large" and "10000000" in err["message"]
+
+
 async def test_an_idle_keep_alive_connection_is_not_the_header_deadlines_business(
     serve: ServeFactory,
 ) -> None:

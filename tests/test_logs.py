@@ -36,6 +36,27 @@ def test_control_characters_and_surrogates_are_escaped(
         assert "x00b" in err and "x0aforged=line" in err and "ud800" in err
 
 
+@pytest.mark.parametrize("json_output", [False, True])
+def test_a_traceback_never_shows_local_variables(
+    capsys: pytest.CaptureFixture[str], configured: None, json_output: bool
+) -> None:
+    """Issue 24 (D1): an error's traceback is logged without the frames' locals, which hold
+    the request (with rich installed, structlog's default formatter prints them all)."""
+    configure("info", json_output=json_output)
+
+    def fails(prompt: str) -> None:
+        raise RuntimeError("boom")
+
+    secret = "-".join(("private", "prompt", "text"))  # not in any source line
+    try:
+        fails(secret)
+    except RuntimeError:
+        log.exception("unhandled_error")
+    err = capsys.readouterr().err
+    assert "RuntimeError" in err and "fails" in err  # the traceback is there
+    assert secret not in err
+
+
 async def test_rejected_values_reach_the_log_at_debug_only(
     serve: ServeFactory, capsys: pytest.CaptureFixture[str], configured: None
 ) -> None:

@@ -287,3 +287,60 @@ async def test_warm_call_answers(real: RealCLIs, model: str) -> None:
     assert len(bodies) == 2
     last = json.dumps(bodies[-1])
     assert "PROMPT_TWO_9c4" in last and "PROMPT_ONE_5b1" not in last  # saw no other prompt
+
+
+CUT_CALL = '{"tool_call":{"name":"get_weather","arguments":{"city":"Par'
+
+
+@pytest.mark.parametrize("model", MODELS)
+async def test_a_call_cut_by_the_output_limit_never_reaches_the_client(
+    real: RealCLIs, model: str
+) -> None:
+    """Issue 24 (D3), with the real CLIs' own max-tokens reports: the model's call is cut
+    inside its arguments, so no part of it reaches the client, streaming or not; the answer
+    ends ``length``."""
+    messages = user("Weather in Paris?" + fake(answer=CUT_CALL, stop_reason="max_tokens"))
+    plain = await real.client.chat.completions.create(
+        model=model,
+        messages=messages,
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert plain.choices[0].finish_reason == "length"
+    assert not plain.choices[0].message.tool_calls
+    finish, saw_call = None, False
+    async for chunk in await real.client.chat.completions.create(
+        model=model,
+        messages=messages,
+        tools=[WEATHER],  # type: ignore[list-item]
+        stream=True,
+    ):
+        for choice in chunk.choices:
+            saw_call = saw_call or bool(choice.delta.tool_calls)
+            finish = choice.finish_reason or finish
+    assert finish == "length"
+    assert not saw_call
+
+
+@pytest.mark.parametrize(
+    ("model", "upstream"),
+    [
+        ("claude-opus-x.1:beta@a+b", "claude-opus-x.1:beta@a+b"),
+        ("claude/sonnet-x.2@b", "sonnet-x.2@b"),
+        ("gemini-2.5-flash-x.1@a+b", "gemini-2.5-flash-x.1@a+b"),
+        ("gemini/gemini-2.5-pro-x.2", "gemini-2.5-pro-x.2"),
+    ],
+)
+async def test_the_model_reaches_the_cli_as_a_value(
+    real: RealCLIs, model: str, upstream: str
+) -> None:
+    """Issue 24 (D5): the gateway passes ``--model=NAME`` (one word) and the real CLI takes
+    all of NAME as the model, exactly: the model API is asked for it."""
+    r = await real.client.chat.completions.create(
+        model=model, messages=user("hi" + fake(answer="ok"))
+    )
+    assert r.choices[0].message.content == "ok"
+    (req,) = real.model_requests()
+    if req["path"] == "/v1/messages":
+        assert isinstance(req["body"], dict) and req["body"]["model"] == upstream
+    else:
+        assert req["path"].endswith(f"/models/{upstream}:streamGenerateContent"), req["path"]

@@ -595,3 +595,56 @@ async def test_sigterm_drains_running_calls_and_refuses_new_ones() -> None:
         async with asyncio.timeout(10):
             assert await proc.wait() == 0
         await client.close()
+
+
+async def test_sigterm_refuses_queued_calls_at_once_while_running_ones_drain() -> None:
+    """Issue 24 (D6): queued calls get 503 with Retry-After as soon as the drain begins,
+    not at its end (before, they waited the whole drain, or started late and were cut)."""
+    async with gateway_process("--max-concurrency", "1", "--max-queue", "4") as (proc, url):
+        client = AsyncOpenAI(base_url=url, api_key="x", max_retries=0, timeout=60)
+        running = asyncio.create_task(
+            client.chat.completions.create(
+                model=MODEL,
+                messages=user(fake(answer="finished", hang=4)),  # type: ignore[arg-type]
+            )
+        )
+        gw = psutil.Process(proc.pid)
+        await wait_until(lambda: fake_clis(gw), 10, "the CLI to start")
+        health = url.removesuffix("/v1") + "/health"
+        queued = [
+            asyncio.create_task(
+                _status_of(
+                    client.chat.completions.with_raw_response.create(
+                        model=MODEL,
+                        messages=user(fake(answer="queued")),  # type: ignore[arg-type]
+                    )
+                )
+            )
+            for _ in range(2)
+        ]
+        async with aiohttp.ClientSession() as s:
+
+            async def waiting() -> int:
+                async with s.get(health) as h:
+                    return int((await h.json()).get("waiting", 0))
+
+            deadline = time.monotonic() + 10
+            while await waiting() < 2:
+                assert time.monotonic() < deadline, "the calls never queued"
+                await asyncio.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        done, _ = await asyncio.wait(
+            [running, *queued], return_when=asyncio.FIRST_COMPLETED, timeout=30
+        )
+        assert running not in done  # the queued calls were answered first: no waiting out
+        for task in queued:
+            status, err = await task
+            assert status == 503, err
+            assert err.response.headers["Retry-After"] == "2"
+            assert err.body["code"] == "shutting_down"  # type: ignore[index]
+        assert len(fake_clis(gw)) == 1  # neither queued call started a CLI
+        done_call = await running  # the running call drained normally
+        assert done_call.choices[0].message.content == "finished"
+        async with asyncio.timeout(10):
+            assert await proc.wait() == 0
+        await client.close()

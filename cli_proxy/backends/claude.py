@@ -105,8 +105,7 @@ class ClaudeBackend(Backend):
             "--output-format",
             "stream-json",
             "--verbose",
-            "--model",
-            launch.model,
+            f"--model={launch.model}",  # one word: no model name can be read as an option
             # The model must never act on the host: no built-in tools, no MCP servers.
             "--tools",
             "",

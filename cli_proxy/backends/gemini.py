@@ -135,8 +135,7 @@ class GeminiBackend(Backend):
         return [
             *self.command,
             "--acp",
-            "--model",
-            launch.model,
+            f"--model={launch.model}",  # one word: no model name can be read as an option
             # no extension or MCP server may add tools; core tools are off via settings
             "--extensions",
             "none",
