@@ -212,14 +212,32 @@ async def test_images_elsewhere_than_user_and_tool_messages_are_refused(served: 
     assert "system" in bad(info.value.body)["message"]
 
 
-async def test_a_backend_without_an_image_channel_says_so(served: Served) -> None:
-    with pytest.raises(openai.BadRequestError) as info:
-        await served.client.chat.completions.create(
-            model="gpt-5.5",  # codex exec: its prompt is text only
-            messages=[{"role": "user", "content": [image_part(data_url(PNG))]}],  # type: ignore[list-item]
-        )
+async def test_a_backend_without_an_image_channel_says_so(serve: ServeFactory) -> None:
+    """Every built-in backend has an image channel now (claude stream-json, gemini ACP, codex
+    app-server); a backend without one refuses images before any process starts."""
+    from cli_proxy.backends import register
+    from cli_proxy.backends.claude import ClaudeBackend
+    from cli_proxy.backends.registry import unregister
+
+    class TextOnly(ClaudeBackend):
+        name = "textonly"
+        model_prefixes = ("textonly-",)
+        aliases = ()
+        known_models = ()
+        accepts_images = False
+
+    register(TextOnly)
+    try:
+        served = await serve()
+        with pytest.raises(openai.BadRequestError) as info:
+            await served.client.chat.completions.create(
+                model="textonly-1",
+                messages=[{"role": "user", "content": [image_part(data_url(PNG))]}],  # type: ignore[list-item]
+            )
+    finally:
+        unregister("textonly")
     body = bad(info.value.body)
-    assert body["code"] == "images_not_supported" and "codex" in body["message"]
+    assert body["code"] == "images_not_supported" and "textonly" in body["message"]
 
 
 # ------------------------------------------------------------------ remote URLs
