@@ -1004,8 +1004,8 @@ def turn_failure(err: dict[str, Any], fallback: str = "") -> Failure | Truncated
             status = value.get("httpStatusCode") if isinstance(value, dict) else None
             if isinstance(status, int):
                 kind = kind_for_status(status, failure.kind)
-    if kind is None or kind is failure.kind:
-        return failure
+    if kind is None or kind is failure.kind or failure.kind is FailureKind.LOGIN_EXPIRED:
+        return failure  # a login that is gone stays that, whatever class codex gives it
     wait = retry_after_s(message) if kind is FailureKind.RATE_LIMITED else None
     return Failure(kind, message, wait)
 
