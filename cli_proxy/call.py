@@ -33,6 +33,7 @@ from .events import (
 )
 from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
+from .limits import CallBudget
 from .plan import Plan, ResponseIds, new_call_id
 from .pool import WarmPool
 from .process import FAILED_GRACE_S, LINGER_GRACE_S, CliRun, RunStats, started
@@ -78,6 +79,8 @@ class Outcome:
     failure: FailureKind | None = None  # what the CLI said went wrong, if it did
     rate_limits: list[RateLimit] = field(default_factory=list)  # as the CLI reported them
     first_content_s: float | None = None  # from the call's start to its first answer event
+    queue_wait_s: float | None = None  # time waited for a slot (also when refused)
+    start_wait_s: float = 0.0  # then for room and a start slot (limits.py)
 
 
 class CallRules:
@@ -140,12 +143,16 @@ class Call:
         launcher: Launcher,
         sink: LineSink | None = None,
         pool: WarmPool | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self.plan = plan
         self.supervisor = supervisor
         self.launcher = launcher
         self.sink = sink
         self.pool = pool
+        self.budget = budget or supervisor.limits.budget(stream=bool(plan.request.stream))
+        """Its time limits from the request's arrival (``limits.CallBudget``)."""
+        self.deadline: float | None = None  # once admitted
         self.outcome = Outcome()
 
     @property
@@ -165,10 +172,16 @@ class Call:
         launch, stdin = self.plan.launch, self.plan.call.stdin
         begun = time.monotonic()
         try:
-            async with self.supervisor.admit() as slot:
+            async with self.supervisor.admit(launch.backend, self.budget) as slot:
+                self.outcome.queue_wait_s = slot.queue_wait_s
+                self.deadline = slot.deadline
                 spare = self.pool.take(launch) if self.pool is not None else None
-                limits = self.supervisor.limits
-                async with started(launch, self.launcher, limits, slot.deadline, spare) as run:
+                if spare is None:
+                    await slot.cold_start()  # room among the processes, a start slot
+                    self.outcome.start_wait_s = slot.start_wait_s
+                else:
+                    slot.took_spare()
+                async with started(launch, self.launcher, slot.limits, slot.deadline, spare) as run:
                     self.outcome.stats = run.stats
                     slot.track(run)
                     if self.pool is not None:
@@ -195,6 +208,8 @@ class Call:
             self.outcome.finish_reason = "error"
             raise
         finally:
+            if self.outcome.queue_wait_s is None:  # refused or gone while queued
+                self.outcome.queue_wait_s = time.monotonic() - begun
             if self.sink is not None and run is not None:
                 self.sink.done(self)
             if self.pool is not None:
