@@ -24,7 +24,7 @@ help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
 	@echo "make test      run the test suite"
 	@echo "make lint      ruff + mypy --strict"
-	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-results.json"
+	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-, capacity-results.json"
 	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
 	@echo "make wheel     build dist/cli_proxy-*.whl (fixtures included; pipx/uv tool install it)"
 	@echo "make example-fixtures  re-record examples/weather-agent's fixtures the same way"
@@ -65,7 +65,8 @@ bench: $(STAMP)
 	@$(MAKE) --no-print-directory real-clis sandbox && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/upstream.py && \
 		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/cache.py && \
-		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/warm.py \
+		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/warm.py && \
+		CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(PY) bench/capacity.py \
 		|| echo "note: real CLIs or bubblewrap missing: the real-CLI benches did not run"
 
 real-clis: $(CLI_DIR)/node_modules/.bin/claude

@@ -33,6 +33,7 @@ from .events import (
 )
 from .failures import CallError, CliFailed, FailureKind
 from .json_answer import JsonAnswerError, checked
+from .limits import CallBudget
 from .logins import LoginGate, login_free
 from .plan import Plan, ResponseIds, new_call_id
 from .pool import WarmPool
@@ -79,6 +80,8 @@ class Outcome:
     failure: FailureKind | None = None  # what the CLI said went wrong, if it did
     rate_limits: list[RateLimit] = field(default_factory=list)  # as the CLI reported them
     first_content_s: float | None = None  # from the call's start to its first answer event
+    queue_wait_s: float | None = None  # time waited for a slot (also when refused)
+    start_wait_s: float = 0.0  # then for room and a start slot (limits.py)
 
 
 class CallRules:
@@ -142,6 +145,7 @@ class Call:
         sink: LineSink | None = None,
         pool: WarmPool | None = None,
         logins: LoginGate | None = None,
+        budget: CallBudget | None = None,
     ) -> None:
         self.plan = plan
         self.supervisor = supervisor
@@ -149,6 +153,9 @@ class Call:
         self.sink = sink
         self.pool = pool
         self.logins = logins
+        self.budget = budget or supervisor.limits.budget(stream=bool(plan.request.stream))
+        """Its time limits from the request's arrival (``limits.CallBudget``)."""
+        self.deadline: float | None = None  # once admitted
         self.outcome = Outcome()
 
     @property
@@ -170,11 +177,17 @@ class Call:
         gate = self.logins.turn(launch) if self.logins is not None else login_free()
         try:
             # the login gate first: a call waiting for its login's refresh holds no slot
-            async with gate as turn, self.supervisor.admit() as slot:
+            async with gate as turn, self.supervisor.admit(launch.backend, self.budget) as slot:
+                self.outcome.queue_wait_s = slot.queue_wait_s
+                self.deadline = slot.deadline
                 pool = self.pool
                 spare = pool.take(launch, turn.born_after) if pool is not None else None
-                limits = self.supervisor.limits
-                async with started(launch, self.launcher, limits, slot.deadline, spare) as run:
+                if spare is None:
+                    await slot.cold_start()  # room among the processes, a start slot
+                    self.outcome.start_wait_s = slot.start_wait_s
+                else:
+                    slot.took_spare()
+                async with started(launch, self.launcher, slot.limits, slot.deadline, spare) as run:
                     self.outcome.stats = run.stats
                     slot.track(run)
                     if self.pool is not None:
@@ -201,6 +214,8 @@ class Call:
             self.outcome.finish_reason = "error"
             raise
         finally:
+            if self.outcome.queue_wait_s is None:  # refused or gone while queued
+                self.outcome.queue_wait_s = time.monotonic() - begun
             if self.sink is not None and run is not None:
                 self.sink.done(self)
             if self.pool is not None:

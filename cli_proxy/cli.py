@@ -54,10 +54,33 @@ def _settings_args(s: argparse.ArgumentParser) -> None:
         )
     s.add_argument("--backends", help=f"comma-separated backends to enable ({','.join(names())})")
     s.add_argument("--api-key", action="append", dest="api_keys", help="require this Bearer key")
-    s.add_argument("--max-concurrency", type=int, help="CLI processes at once")
+    s.add_argument(
+        "--max-concurrency",
+        type=int,
+        help="CLI processes alive at once, calls and spares (default: from the memory)",
+    )
+    for name in names():
+        s.add_argument(
+            f"--{name}-max-concurrency",
+            type=int,
+            dest=f"{name}__max_concurrency",
+            help=f"{name} calls at once (an upstream account's limit; default: no cap)",
+        )
+    s.add_argument("--max-starting", type=int, help="CLIs starting at once (default: CPUs)")
     s.add_argument("--max-queue", type=int, help="requests waiting for a slot before 429")
-    s.add_argument("--timeout", type=float, dest="timeout_s", help="seconds per call in all")
+    s.add_argument(
+        "--queue-timeout", type=float, dest="queue_timeout_s", help="seconds a call may queue"
+    )
+    s.add_argument(
+        "--timeout", type=float, dest="timeout_s", help="seconds per call from admission, at most"
+    )
     s.add_argument("--idle-timeout", type=float, dest="idle_timeout_s", help="seconds of silence")
+    s.add_argument(
+        "--write-timeout",
+        type=float,
+        dest="write_timeout_s",
+        help="seconds a streaming client may take no bytes",
+    )
     s.add_argument(
         "--drain-timeout", type=float, dest="drain_timeout_s", help="on SIGTERM: seconds to finish"
     )
@@ -69,9 +92,15 @@ def _settings_args(s: argparse.ArgumentParser) -> None:
 
 
 def settings_from_args(args: argparse.Namespace) -> Settings:
-    overrides: dict[str, Any] = {
-        k: v for k, v in vars(args).items() if v is not None and k != "command"
-    }
+    overrides: dict[str, Any] = {}
+    for k, v in vars(args).items():
+        if v is None or k == "command":
+            continue
+        name, nested, field = k.partition("__")  # --claude-max-concurrency: claude's own
+        if nested:
+            overrides.setdefault(name, {})[field] = v
+        else:
+            overrides[k] = v
     return Settings(**overrides)
 
 

@@ -18,13 +18,16 @@ from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 from .backends import names as backend_names
 from .backends.base import BackendOptions
 from .backends.registry import backend_class
+from .limits import (
+    DEFAULT_IDLE_TIMEOUT_S,
+    DEFAULT_QUEUE_TIMEOUT_S,
+    DEFAULT_TIMEOUT_S,
+    DEFAULT_WRITE_TIMEOUT_S,
+    START_WINDOW_S,
+)
 from .protocol import ReasoningEffort
 
 ENV_PREFIX = "CLI_PROXY_"
-
-
-def _default_concurrency() -> int:
-    return max(2, os.cpu_count() or 2)
 
 
 def _collect_backend_options(data: dict[str, Any]) -> dict[str, BackendOptions]:
@@ -69,15 +72,28 @@ class Settings(BaseSettings):
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Browser origins allowed to call the gateway ("*": any); others get 403."""
 
-    max_concurrency: int = Field(default_factory=_default_concurrency, ge=1)
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """CLI processes alive at once (running calls + spares); None: derived from the memory
+    (limits.py, docs/configuration.md)."""
+    max_starting: int | None = Field(default=None, ge=1)
+    """CLIs starting at once (cold spawns and spare refills); None: the CPU count."""
+    cli_memory_budget_mib: int | None = Field(default=None, ge=1)
+    """Memory for CLI processes that derives the default process bound; None: half the
+    machine's (or the cgroup's) memory."""
+    start_window_s: float = Field(default=START_WINDOW_S, gt=0)
+    """The longest one start holds a start slot."""
     max_queue: int = Field(default=64, ge=0)
-    timeout_s: float = Field(default=300.0, gt=0)
-    idle_timeout_s: float = Field(default=120.0, gt=0)
+    queue_timeout_s: float = Field(default=DEFAULT_QUEUE_TIMEOUT_S, ge=0)
+    """The longest a call waits for a slot: then 429 + Retry-After; not taken from its time."""
+    timeout_s: float = Field(default=DEFAULT_TIMEOUT_S, gt=0)
+    """Whole call from admission (writing the answer included): a runaway guard."""
+    idle_timeout_s: float = Field(default=DEFAULT_IDLE_TIMEOUT_S, gt=0)
+    """The longest a CLI may print nothing (stdout or stderr) before it is taken for hung."""
     kill_grace_s: float = Field(default=3.0, ge=0)
     drain_timeout_s: float = Field(default=30.0, ge=0)
     """On SIGTERM: how long running calls may take to finish (a second signal: at once)."""
     keepalive_s: float = Field(default=15.0, ge=0)
-    write_timeout_s: float = Field(default=30.0, gt=0)
+    write_timeout_s: float = Field(default=DEFAULT_WRITE_TIMEOUT_S, gt=0)
     """A stream whose client takes no bytes for this long is dropped (CLI killed, slot freed)."""
     stream_head_hold_s: float = Field(default=10.0, ge=0)
     """A stream's HTTP head waits this long for the first answer event, so that a failure

@@ -548,7 +548,7 @@ async def deliver(
             async for ev in events:
                 answer.add(ev)
             return json_response(fmt.body(answer))
-        return await _stream(request, events, answer, fmt, settings)
+        return await _stream(request, events, answer, fmt, settings, call)
 
 
 async def _stream(
@@ -557,12 +557,16 @@ async def _stream(
     answer: Answer,
     fmt: Format,
     settings: Settings,
+    call: Call,
 ) -> web.StreamResponse:
     """The one SSE loop: head, the format's bytes per answer event, tail (or the error
-    events), keep-alives in between, then close."""
+    events), keep-alives in between, then close. Keep-alives (and the head's hold) come at
+    least twice per the client's read timeout; no write outlives the call's deadline
+    (``limits.CallBudget``)."""
+    budget = call.budget
     first: asyncio.Task[AnswerEvent | Finished] = asyncio.ensure_future(anext(events))
     try:
-        await asyncio.wait({first}, timeout=settings.stream_head_hold_s)
+        await asyncio.wait({first}, timeout=budget.head_hold_s)
         if first.done() and first.exception() is not None:
             exc = first.exception()
             if isinstance(exc, CallError):
@@ -577,7 +581,7 @@ async def _stream(
         resp.force_close()  # some SDK versions keep reading after the end unless we close
         await resp.prepare(request)
         request[HEAD_SENT] = True
-        out = SSEWriter(resp, settings.keepalive_s, settings.write_timeout_s)
+        out = SSEWriter(resp, budget.keepalive_s, settings.write_timeout_s, lambda: call.deadline)
         for data in fmt.head():
             await out.write(data)
         out.start()
@@ -596,7 +600,7 @@ async def _stream(
                 for data in fmt.tail(answer):
                     await out.write(data)
         except SlowClient:
-            log.info("slow_client_dropped", path=request.path, after_s=out.write_timeout_s)
+            log.info("slow_client_dropped", path=request.path, why=out.stalled)
             request[SLOW] = True
             if request.transport is not None:
                 request.transport.abort()  # the buffered answer goes, the slot is freed

@@ -22,11 +22,12 @@ from .config import Settings
 from .containment import Launcher, make_launcher
 from .errors import APIError
 from .images import FetchPolicy, ImageError, ImageLimits, PromptImage, extract, fetch_all
+from .limits import CallBudget
+from .limits import from_settings as limits_from_settings
 from .logins import Login, LoginGate
 from .metrics import Gauges, Metrics
 from .plan import CallInput, LaunchSpec, Plan, ResponseIds
 from .pool import PoolSettings, WarmPool
-from .process import Limits
 from .prompt import Prompt, PromptOptions, render, tools_active
 from .protocol import ChatCompletionRequest, NamedToolChoice
 from .routing import Route, listed_models, route
@@ -135,14 +136,12 @@ class Gateway:
 
     def __post_init__(self) -> None:
         s = self.settings
-        self.supervisor = Supervisor(
-            max_concurrency=s.max_concurrency,
-            max_queue=s.max_queue,
-            limits=Limits(s.timeout_s, s.idle_timeout_s, s.kill_grace_s, s.max_answer_bytes),
-        )
+        bounds, limits = limits_from_settings(s)
+        self.supervisor = Supervisor(bounds, s.max_queue, limits)
         live = self.source if isinstance(self.source, LiveBackends) else None
+        # a call waiting for its login's refresh is a queued call: the queue's time limit
         self.logins = LoginGate(
-            live.login if live else lambda _: None, self.supervisor, s.timeout_s
+            live.login if live else lambda _: None, self.supervisor, s.queue_timeout_s
         )
         home_paths = {n: backend_class(n).home_paths for n in names()}
         self.launcher = make_launcher(s.launcher, home_paths, s.work_root)
@@ -198,9 +197,10 @@ class Gateway:
             await self.pool.close()
         await self.supervisor.shutdown()
 
-    async def open_call(self, req: ChatCompletionRequest) -> Call:
+    async def open_call(self, req: ChatCompletionRequest, budget: CallBudget | None = None) -> Call:
         """The one step from a validated request to a call ready to run: its remote images
-        fetched (the only I/O, and only when ``image_fetch`` allows), then ``plan``."""
+        fetched (the only I/O, and only when ``image_fetch`` allows), then ``plan``.
+        ``budget``: its time limits, counted from the request's arrival."""
         try:
             req = await fetch_all(req, self.fetch_policy)
         except ImageError as exc:
@@ -208,7 +208,7 @@ class Gateway:
         r = self.source.route(req.model)
         if r is not None:
             await self.warm_up(self.source.backend(r))
-        return self.call(self.plan(req))
+        return self.call(self.plan(req), budget)
 
     async def warm_up(self, backend: Backend) -> None:
         """A backend's per-binary work, once, in a worker thread (``Backend.warm_up``)."""
@@ -233,9 +233,10 @@ class Gateway:
         )
         return Plan(req, target.launch, call)
 
-    def call(self, plan: Plan) -> Call:
+    def call(self, plan: Plan, budget: CallBudget | None = None) -> Call:
+        """The call of ``plan``; ``budget``: its time limits (``Limits.budget``)."""
         sink = self.sink_for(plan) if self.sink_for is not None else None
-        return Call(plan, self.supervisor, self.launcher, sink, self.pool, self.logins)
+        return Call(plan, self.supervisor, self.launcher, sink, self.pool, self.logins, budget)
 
     def _check(self, req: ChatCompletionRequest) -> Route:
         """Semantic checks pydantic cannot express; returns the route."""

@@ -44,6 +44,16 @@ class HealthStatus(BaseModel):
     running: int
     waiting: int
     max_concurrency: int
+    bounds: dict[str, Any]
+    """The process bounds in force (docs/configuration.md): max_processes and its source,
+    the memory budget and CLI size it came from, max_starting, per-backend caps."""
+    running_by_backend: dict[str, int]
+    starting: int
+    processes: int
+    """CLI processes alive: calls' and spares, never above bounds.max_processes."""
+    peak_processes: int
+    queue: dict[str, Any]
+    """waiting, max_queue, oldest_wait_s, queue_timeout_s."""
     warm: dict[str, Any]
     rate_limits: dict[str, dict[str, dict[str, Any]]]  # backend -> window -> state
 
@@ -152,7 +162,8 @@ _STATUS_TEXT: dict[int, str] = {
     "the call; Retry-After says when to retry",
     502: "The CLI failed or its answer was unusable (empty, too large, invalid tool call)",
     503: "The CLI binary is missing, its provider is overloaded, or the gateway is draining",
-    504: "The CLI ran past timeout_s or stayed silent past idle_timeout_s",
+    504: "The CLI ran past the call's cap (timeout_s, or a non-streamed call's "
+    "x-stainless-read-timeout) or printed nothing for idle_timeout_s",
 }
 
 _CALL_ERRORS = (400, 401, 402, 403, 404, 408, 413, 415, 429, 502, 503, 504)

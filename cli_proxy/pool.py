@@ -10,9 +10,11 @@ Either way the process serves that one call and is gone: no ``--resume``, no reu
 
 Policy: one spare per recently used spec by default (started after a call with that spec,
 or at start-up for configured models), bounded per spec and in total; spares older than
-``max_age_s`` are replaced (a login can expire); none is started while every concurrency
-slot is busy, and spares do not count as running calls. A spare that died or printed
-anything before its prompt is discarded, never handed out.
+``max_age_s`` are replaced (a login can expire). Spares count as processes under the
+supervisor's bound (``limits.py``): one starts only into room no call needs (nobody
+queued, a start slot free), and a call that needs the room makes one stand down
+(``stand_down``), so spares never push a call out or the process count over the bound.
+A spare that died or printed anything before its prompt is discarded, never handed out.
 """
 
 from __future__ import annotations
@@ -96,9 +98,15 @@ class WarmPool:
         self._tasks: set[asyncio.Task[None]] = set()
         self._reaper: asyncio.Task[None] | None = None
         self._closed = False
+        self._dying = 0  # spares being killed: still processes until reaped
+        self._changed = asyncio.Event()  # a start or a kill finished
         self.served_warm = 0
         self.served_cold = 0
         self.discarded = 0
+        self.stood_down = 0
+        supervisor.spares = self.processes
+        supervisor.stand_down = self.stand_down
+        supervisor.room_freed = self.refill
 
     # ------------------------------------------------------------------ calls
 
@@ -132,6 +140,38 @@ class WarmPool:
         if self.settings.enabled and not self._closed and self._recent:
             self._schedule_fill()
 
+    def processes(self) -> int:
+        """Spares alive: ready, starting, or being killed."""
+        return self._count() + self._dying
+
+    async def stand_down(self) -> bool:
+        """Make room for a call: kill one spare (the least recently used spec's oldest) and
+        wait until it is reaped; a spare still starting is waited for first. False when
+        there is none."""
+        while True:
+            if self._dying:  # one is already going: its room comes when it is reaped
+                await self._wait_change()
+                return True
+            for spec in self._recent_first(reverse=False):
+                if self._spares.get(spec):
+                    spare = self._spares[spec].pop(0)
+                    self.stood_down += 1
+                    log.debug("warm_spare_stood_down", backend=spec.backend)
+                    await self._kill_counted(spare)
+                    return True
+            if not sum(self._starting.values()):
+                return False
+            await self._wait_change()
+
+    def _recent_first(self, reverse: bool) -> list[LaunchSpec]:
+        known = [s for s in self._spares if s not in self._recent]  # no longer wanted first
+        return known + (list(reversed(self._recent)) if reverse else list(self._recent))
+
+    async def _wait_change(self) -> None:
+        self._changed.clear()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(self._changed.wait(), 1.0)
+
     # ------------------------------------------------------------------ filling
 
     def _count(self, spec: LaunchSpec | None = None) -> int:
@@ -145,30 +185,35 @@ class WarmPool:
         task.add_done_callback(self._tasks.discard)
 
     async def _fill(self) -> None:
-        """Start spares for the most recently used specs, within the limits, while a slot is
-        free (a spare must not take CPU from running calls)."""
+        """Start spares for the most recently used specs, within the limits, while the
+        supervisor has room no call needs (a spare must not take CPU or memory from calls)."""
         s = self.settings
         for spec in reversed(self._recent):
             while (
                 not self._closed
                 and self._count(spec) < s.max_per_key
                 and self._count() < s.max_total
-                and self.supervisor.running < self.supervisor.max_concurrency
-                and not self.supervisor.closing
+                and self.supervisor.spare_room()
             ):
                 if not await self._start(spec):
                     break
 
     async def _start(self, spec: LaunchSpec) -> bool:
         """Start one spare; False when it could not be started (not retried in this fill)."""
+        start = self.supervisor.try_start_slot()
+        if start is None:  # calls are starting: refilled when a start slot frees
+            return False
         self._starting[spec] = self._starting.get(spec, 0) + 1
         try:
             proc, prepared = await spawn(spec, self.launcher, self.supervisor.limits.line_limit)
         except Exception as exc:  # a call will cold-start and report it properly
+            start.release()
             log.warning("warm_start_failed", backend=spec.backend, error=str(exc)[:200])
             self._starting[spec] -= 1
+            self._changed.set()
             self._recent.pop(spec, None)  # do not retry a spec that cannot start
             return False
+        start.watch(proc.pid, lambda: False)  # a spare prints nothing: until its CPU is idle
         spare = Spare(spec, proc, prepared, time.monotonic())
         spare.start_drain()
         try:
@@ -181,6 +226,7 @@ class WarmPool:
             return False
         finally:
             self._starting[spec] -= 1
+            self._changed.set()
         if self._closed:
             self._discard(spare, "pool closed")
             return False
@@ -208,9 +254,22 @@ class WarmPool:
     def _discard(self, spare: Spare, why: str) -> None:
         self.discarded += 1
         log.debug("warm_spare_discarded", backend=spare.spec.backend, why=why)
-        task = asyncio.create_task(self._kill(spare))
+        task = asyncio.create_task(self._kill_counted(spare))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def _kill_counted(self, spare: Spare) -> None:
+        """Kill a spare taken out of the pool; it counts as a process until reaped."""
+        self._dying += 1
+        task = asyncio.ensure_future(self._kill(spare))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+        task.add_done_callback(self._reaped)
+        await asyncio.shield(task)
+
+    def _reaped(self, _: object) -> None:
+        self._dying -= 1
+        self._changed.set()
 
     async def _kill(self, spare: Spare) -> None:
         await spare.handed_over()
@@ -235,6 +294,7 @@ class WarmPool:
             "served_warm": self.served_warm,
             "served_cold": self.served_cold,
             "discarded": self.discarded,
+            "stood_down": self.stood_down,
         }
 
     async def close(self) -> None:

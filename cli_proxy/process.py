@@ -21,6 +21,7 @@ import psutil
 
 from .containment import Launcher, Prepared, reaped, spawn
 from .failures import CliFailed, CliTimeout, FailureKind, ShuttingDown
+from .limits import Limits
 from .plan import LaunchSpec
 
 
@@ -40,20 +41,6 @@ _POLL_S = 0.05
 _PIPE_GRACE_S = 1.0  # after the CLI exited: how long its pipes may stay open
 LINGER_GRACE_S = 2.0  # after the CLI's result: how long it may take to exit
 FAILED_GRACE_S = 0.2  # after a result that says the call failed
-
-
-@dataclass(slots=True)
-class Limits:
-    timeout_s: float = 300.0
-    idle_timeout_s: float = 120.0
-    kill_grace_s: float = 3.0
-    max_answer_bytes: int = 8 * 1024 * 1024
-
-    @property
-    def line_limit(self) -> int:
-        """The longest stdout line read: a CLI may print the whole answer in one JSON line
-        (escaping adds a little). The reader buffers up to twice this per call."""
-        return 2 * self.max_answer_bytes + 1024 * 1024
 
 
 @dataclass(slots=True)
@@ -85,6 +72,8 @@ class CliRun:
         self.stats = RunStats(pid=proc.pid, warm=warm)
         self._stderr = bytearray()
         self._started = time.monotonic()
+        self.last_output = self._started  # stdout or stderr: what the idle timeout watches
+        self._read_chars: int | None = None  # bytes the tree has read (a silent CLI's pulse)
         self._tasks: list[asyncio.Task[None]] = []
         self._watcher: asyncio.Task[None] | None = None
         self._stdin_queue: asyncio.Queue[bytes | None] = asyncio.Queue()
@@ -141,48 +130,90 @@ class CliRun:
         if stream is None:  # merged into stdout: the parser reads it
             return
         while chunk := await stream.read(65536):
+            self.last_output = time.monotonic()  # progress on stderr is output too
             self._stderr += chunk
             if len(self._stderr) > 2 * _STDERR_KEEP:
                 del self._stderr[:-_STDERR_KEEP]
 
     async def lines(self, wake: Callable[[], float | None] | None = None) -> AsyncIterator[bytes]:
-        """Yield stdout lines; raise ``CliTimeout`` on the total or idle timeout. ``wake``: how
-        long the reader may wait now before it yields ``b""`` instead (a parser's timer)."""
+        """Yield stdout lines; raise ``CliTimeout`` at the call's deadline or after
+        ``idle_timeout_s`` without any sign of work. Every stdout line counts (also events
+        the parser ignores: thinking, progress, pings), stderr output, and bytes the CLI's
+        tree reads (its model's stream arriving while it prints nothing), looked at every
+        half idle period: silence, not length, ends a working call. ``wake``: how long the
+        reader may wait now before it yields ``b""`` instead (a parser's timer)."""
         stdout = self.proc.stdout
         assert stdout is not None
-        while True:
-            remaining = self.deadline - time.monotonic()
-            wait = min(self.limits.idle_timeout_s, remaining)
-            tick = wake() if wake is not None else None
-            limit = wait if tick is None else min(tick, wait)
-            try:
-                line = await asyncio.wait_for(stdout.readline(), timeout=max(limit, 0.0))
-            except TimeoutError:
-                if limit < wait:  # the parser's timer, not a time-out (readline keeps data)
-                    yield b""
-                    continue
-                total = remaining <= self.limits.idle_timeout_s
-                self.stats.killed = "timeout" if total else "idle_timeout"
-                await self.kill()
-                what = (
-                    f"the CLI did not finish within {self.limits.timeout_s:g} s"
-                    if total
-                    else f"the CLI printed nothing for {self.limits.idle_timeout_s:g} s"
-                )
-                raise CliTimeout(what) from None
-            except ValueError as exc:  # a line beyond the stream limit
-                self.stats.killed = "oversized_output"
-                await self.kill()
-                raise CliFailed(
-                    FailureKind.OVERSIZED_OUTPUT, f"the CLI printed an oversized line: {exc}"
-                ) from None
-            if not line:
-                if self.stats.killed == "shutdown":
-                    raise ShuttingDown()
-                return
-            if self.stats.first_byte_s is None:
-                self.stats.first_byte_s = time.monotonic() - self._started
-            yield line
+        idle_s = self.limits.idle_timeout_s
+        every = idle_s / 2
+        next_look, last_look = self._started + every, self._started
+        pending: asyncio.Future[bytes] | None = None
+        try:
+            while True:
+                if pending is None:
+                    pending = asyncio.ensure_future(stdout.readline())
+                now = time.monotonic()
+                wait = min(next_look, self.last_output + idle_s, self.deadline) - now
+                tick = wake() if wake is not None else None
+                timer = tick is not None and tick < wait
+                if tick is not None and timer:
+                    wait = tick
+                done, _ = await asyncio.wait({pending}, timeout=max(wait, 0.0))
+                if not done:
+                    if timer:  # the parser's timer, not a time-out (the read goes on)
+                        yield b""
+                        continue
+                    now = time.monotonic()
+                    idle = now - self.last_output >= idle_s
+                    if now < self.deadline and (now >= next_look or idle):
+                        if await self._received():  # it read since the last look
+                            self.last_output = max(self.last_output, last_look)
+                        last_look, next_look = now, now + every
+                    if now < self.deadline and now - self.last_output < idle_s:
+                        continue
+                    total = now >= self.deadline
+                    self.stats.killed = "timeout" if total else "idle_timeout"
+                    await self.kill()
+                    what = (
+                        f"the CLI did not finish within {self.limits.timeout_s:g} s "
+                        f"({self.limits.cap_reason})"
+                        if total
+                        else f"the CLI printed nothing for {idle_s:g} s (idle_timeout_s) and "
+                        "received nothing from its model"
+                    )
+                    raise CliTimeout(what)
+                task, pending = pending, None
+                try:
+                    line = task.result()
+                except ValueError as exc:  # a line beyond the stream limit
+                    self.stats.killed = "oversized_output"
+                    await self.kill()
+                    raise CliFailed(
+                        FailureKind.OVERSIZED_OUTPUT, f"the CLI printed an oversized line: {exc}"
+                    ) from None
+                if not line:
+                    if self.stats.killed == "shutdown":
+                        raise ShuttingDown()
+                    return
+                self.last_output = time.monotonic()
+                if self.stats.first_byte_s is None:
+                    self.stats.first_byte_s = self.last_output - self._started
+                yield line
+        finally:
+            if pending is not None and not pending.done():
+                pending.cancel()
+                with contextlib.suppress(BaseException):
+                    await pending
+
+    async def _received(self) -> bool:
+        """Has the CLI's tree read anything since the last look? Some CLIs print nothing
+        while their model thinks (gemini stream-json, codex exec --json: thought and
+        reasoning events arrive, nothing is printed; tests/data/real-cli/thinking-*.json):
+        bytes still arriving mean it is working, not hung."""
+        read = await asyncio.to_thread(tree_read_chars, self.proc.pid)
+        grew = read is not None and self._read_chars is not None and read > self._read_chars
+        self._read_chars = read
+        return grew
 
     async def wait(self, grace_s: float | None = None) -> int:
         """Exit code once stdout is done; stderr is fully read by then.
@@ -241,6 +272,21 @@ class CliRun:
         self.stats.stderr = self.stderr
         if self.proc.returncode is not None and self.stats.exit_code is None:
             self.stats.exit_code = self.proc.returncode
+
+
+def tree_read_chars(pid: int) -> int | None:
+    """Bytes read so far (any file, pipe or socket: /proc/PID/io rchar) by ``pid`` and its
+    live descendants; None when it cannot be read."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root, *root.children(recursive=True)]
+    except psutil.Error:
+        return None
+    total = 0
+    for p in procs:
+        with contextlib.suppress(psutil.Error, AttributeError):
+            total += p.io_counters().read_chars
+    return total
 
 
 def _alive(p: psutil.Process) -> bool:

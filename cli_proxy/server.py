@@ -130,6 +130,7 @@ async def health(request: web.Request) -> web.Response:
             "running": gw.supervisor.running,
             "waiting": gw.supervisor.waiting,
             "max_concurrency": gw.supervisor.max_concurrency,
+            **gw.supervisor.status(),  # bounds in force, processes, the queue
             "warm": gw.pool.status() if gw.pool is not None else {"enabled": False},
             "rate_limits": gw.metrics.rate_limit_state(),
         }
@@ -242,7 +243,8 @@ async def run_logged(
     for it, from one record, whatever happens."""
     gw = request.app[GATEWAY]
     started = time.monotonic()
-    call = await gw.open_call(req)  # refused here: the middleware logs and counts it
+    budget = gw.supervisor.limits.budget(bool(req.stream), request.headers)  # from arrival
+    call = await gw.open_call(req, budget)  # refused here: the middleware logs and counts it
     logger = log.bind(
         request_id=uuid.uuid4().hex[:12],
         api=api,
@@ -298,7 +300,7 @@ def call_record(api: str, call: Call, status: int, code: str, duration: float) -
         status=status,
         code=code,
         duration_s=duration,
-        queue_wait_s=stats.queue_wait_s if stats else None,
+        queue_wait_s=outcome.queue_wait_s,
         start_s=stats.start_s if stats else None,
         first_content_s=outcome.first_content_s,
         warm=stats.warm if stats else None,
@@ -342,6 +344,8 @@ def _log_done(logger: Logger, rec: CallRecord, call: Call) -> None:
         finish_reason=call.outcome.finish_reason,
         pid=stats.pid if stats else None,
         queue_wait_ms=_ms(rec.queue_wait_s),
+        start_wait_ms=_ms(call.outcome.start_wait_s),
+        client_read_timeout_s=call.budget.client_read_timeout_s,
         start_ms=_ms(rec.start_s),
         ttfc_ms=_ms(rec.first_content_s),
         first_byte_ms=_ms(stats.first_byte_s) if stats else None,

@@ -44,6 +44,14 @@ gemini --acp only (the CLI speaks JSON-RPC; the prompt is the text of its conten
   steps       an agent's task: a list of answers, the one used is indexed by the number of
               tool results in the prompt (the last one repeats); "{images}" in it becomes
               the number of image blocks the CLI got (gemini --acp)
+  boot        burn CPU this many seconds before the first output line (a node CLI's start)
+  record      with boot: append {"start": t, "booted": t} (time.time()) to this file, the
+              start window as the CLI saw it: from its first statement to its first line
+  progress    before answering, print a progress event every 0.2 s for this many seconds
+              (claude: a stream_event ping, as a model API keep-alive passes through)
+  stderr_progress  the same on stderr only, stdout silent
+  silent_reads  after the init line, print nothing for this many seconds while reading
+              bytes (as a CLI does whose model streams thoughts it does not print)
 ``fake_cli.py claude --version`` prints a version in the real CLI's format (for doctor).
 Only the standard library: it runs with whatever python3 is on PATH.
 """
@@ -164,6 +172,8 @@ def run_claude(argv: list[str], prompt: str, spec: dict[str, object], answer: st
             "uuid": str(uuid.uuid4()),
         }
     )
+    if spec.get("silent_reads"):
+        silent_reads(float(spec["silent_reads"]))  # type: ignore[arg-type]
     usage = {"input_tokens": len(prompt) // 4, "output_tokens": len(answer) // 4 + 1}
     failed = bool(spec.get("is_error"))
     if isinstance(spec.get("rate_limit"), dict):  # a subscription's rate_limit_event
@@ -461,7 +471,44 @@ def run_gemini_acp(acp: AcpSession, spec: dict[str, object], answer: str) -> Non
     )
 
 
+def boot_and_record(spec: dict[str, object], started: float) -> None:
+    """Burn CPU like a starting node CLI, then note the start window (``boot``)."""
+    until = time.process_time() + float(spec["boot"])  # type: ignore[arg-type]
+    while time.process_time() < until:
+        pass
+    if spec.get("record"):
+        line = json.dumps({"start": started, "booted": time.time(), "pid": os.getpid()})
+        fd = os.open(str(spec["record"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        os.write(fd, (line + "\n").encode())
+        os.close(fd)
+
+
+def progress(spec: dict[str, object], flavour: str) -> None:
+    """Progress output while the "model" thinks: never silent for long, no answer yet."""
+    if spec.get("progress"):
+        stream, seconds = sys.stdout, float(spec["progress"])  # type: ignore[arg-type]
+        line = json.dumps({"type": "stream_event", "event": {"type": "ping"}})
+    else:
+        stream, seconds = sys.stderr, float(spec["stderr_progress"])  # type: ignore[arg-type]
+        line = f"{flavour}: waiting for the model..."
+    end = time.monotonic() + seconds
+    while time.monotonic() < end:
+        stream.write(line + "\n")
+        stream.flush()
+        time.sleep(0.2)
+
+
+def silent_reads(seconds: float) -> None:
+    """Print nothing, read 4 KiB every 0.2 s (a CLI receiving thoughts it does not print)."""
+    end = time.monotonic() + seconds
+    with open("/dev/zero", "rb", buffering=0) as src:
+        while time.monotonic() < end:
+            src.read(4096)
+            time.sleep(0.2)
+
+
 def main() -> int:
+    started = time.time()
     flavour, argv = sys.argv[1], sys.argv[2:]
     if argv == ["--version"]:  # the real CLIs' format, a version no test pins
         print({"claude": "2.1.197-fake (Claude Code)"}.get(flavour, "0.61.0-fake"))
@@ -487,8 +534,12 @@ def main() -> int:
             "if os.fork(): sys.exit(0)\nos.setsid()\nif os.fork(): sys.exit(0)\n" + sleep,
         }.get(str(spec.get("escape")), f"import time; {sleep}")
         subprocess.Popen([sys.executable, "-c", code])
+    if spec.get("boot"):
+        boot_and_record(spec, started)
     if spec.get("hang"):
         time.sleep(float(spec["hang"]))  # type: ignore[arg-type]
+    if spec.get("progress") or spec.get("stderr_progress"):
+        progress(spec, flavour)
     if spec.get("stderr"):
         sys.stderr.write(str(spec["stderr"]) + "\n")
         sys.stderr.flush()

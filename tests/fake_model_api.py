@@ -53,6 +53,11 @@ message text (our prompt is XML-escaped by the gateway, so the text after the ma
   stop_reason    Anthropic stop_reason (default ``end_turn``; Gemini: mapped to
                  finishReason, ``max_tokens`` -> ``MAX_TOKENS``, else ``STOP``)
   input_tokens / output_tokens   override the usage numbers
+  think          streaming only: before the first answer token, "think" for this many
+                 seconds, sending the provider's own events every ``think_every`` s
+                 (default 0.5): Anthropic a ``thinking`` content block of thinking_delta
+                 events (``think_kind: "ping"``: only ``ping`` events), Gemini ``thought``
+                 parts, OpenAI Responses a reasoning item with reasoning_summary_text deltas
 
 Gemini only:
 
@@ -85,7 +90,7 @@ import hashlib
 import html
 import json
 import sys
-from collections.abc import Callable
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -538,6 +543,29 @@ class FakeModelAPI:
             )
             await event("content_block_stop", {"type": "content_block_stop", "index": 0})
             text_index = 1
+        else:  # "think": the provider's own events, timed, before the first token
+            async for beat, ping_only in self._thinking(plan):
+                if ping_only:
+                    await event("ping", {"type": "ping"})
+                    continue
+                if beat == 0:
+                    block = {"type": "thinking", "thinking": "", "signature": ""}
+                    await event(
+                        "content_block_start",
+                        {"type": "content_block_start", "index": 0, "content_block": block},
+                    )
+                    text_index = 1
+                delta = {"type": "thinking_delta", "thinking": f"thinking step {beat}. "}
+                await event(
+                    "content_block_delta",
+                    {"type": "content_block_delta", "index": 0, "delta": delta},
+                )
+            if text_index:
+                sig = {"type": "signature_delta", "signature": "fake-signature"}
+                await event(
+                    "content_block_delta", {"type": "content_block_delta", "index": 0, "delta": sig}
+                )
+                await event("content_block_stop", {"type": "content_block_stop", "index": 0})
         await event(
             "content_block_start",
             {
@@ -587,6 +615,19 @@ class FakeModelAPI:
         await event("message_stop", {"type": "message_stop"})
         await resp.write_eof()
         return resp
+
+    @staticmethod
+    async def _thinking(plan: Plan) -> AsyncIterator[tuple[int, bool]]:
+        """The ``think`` directive's beats: (n, ping only), one every ``think_every`` s."""
+        seconds = float(plan.directive.get("think", 0) or 0)
+        every = float(plan.directive.get("think_every", 0.5) or 0.5)
+        ping_only = plan.directive.get("think_kind") == "ping"
+        end = asyncio.get_running_loop().time() + seconds
+        beat = 0
+        while asyncio.get_running_loop().time() < end:
+            yield beat, ping_only
+            beat += 1
+            await asyncio.sleep(every)
 
     def _anthropic_error(
         self, status: int, message: Any, directive: dict[str, Any]
@@ -676,6 +717,10 @@ class FakeModelAPI:
             headers={"Content-Type": "text/event-stream", "Cache-Control": "no-cache"}
         )
         await resp.prepare(request)
+        async for beat, _ in self._thinking(plan):
+            thought = chunk(f"thinking step {beat}. ", False)
+            thought["candidates"][0]["content"]["parts"][0]["thought"] = True
+            await resp.write(f"data: {json.dumps(thought)}\r\n\r\n".encode())
         thought = plan.directive.get("thought")
         for piece in split_text(thought, 2) if isinstance(thought, str) else []:
             part = {"text": piece, "thought": True}
@@ -755,7 +800,24 @@ class FakeModelAPI:
         }
         await event("response.created", {"response": base})
         output: list[dict[str, Any]] = []
-        if isinstance(d.get("reasoning"), str):
+        if d.get("think"):
+            rid = f"rs_fake_{n}"
+            item = {"id": rid, "type": "reasoning", "summary": []}
+            await event("response.output_item.added", {"output_index": 0, "item": item})
+            where = {"item_id": rid, "output_index": 0, "summary_index": 0}
+            part = {"type": "summary_text", "text": ""}
+            await event("response.reasoning_summary_part.added", {**where, "part": part})
+            said = []
+            async for beat, _ in self._thinking(plan):
+                said.append(f"thinking step {beat}. ")
+                await event("response.reasoning_summary_text.delta", {**where, "delta": said[-1]})
+            part = {"type": "summary_text", "text": "".join(said)}
+            await event("response.reasoning_summary_text.done", {**where, "text": part["text"]})
+            await event("response.reasoning_summary_part.done", {**where, "part": part})
+            item = {**item, "summary": [part]}
+            await event("response.output_item.done", {"output_index": 0, "item": item})
+            output.append(item)
+        elif isinstance(d.get("reasoning"), str):
             item = {
                 "id": f"rs_fake_{n}",
                 "type": "reasoning",

@@ -23,6 +23,7 @@ from cli_proxy.containment import BwrapLauncher, PdeathsigLauncher
 from cli_proxy.errors import api_error
 from cli_proxy.events import Failure
 from cli_proxy.failures import CliFailed, FailureKind, SlotsBusy
+from cli_proxy.limits import Bounds
 from cli_proxy.logins import (
     Login,
     LoginGate,
@@ -120,7 +121,7 @@ class FakeLogin:
 
 async def test_one_call_refreshes_while_the_others_wait_as_queued(tmp_path: Path) -> None:
     creds = FakeLogin(tmp_path / "creds.json", -60)
-    supervisor = Supervisor(max_concurrency=8, max_queue=8)
+    supervisor = Supervisor(Bounds(max_processes=8, max_starting=2), max_queue=8)
     gate = LoginGate(creds.login_of, supervisor, wait_s=10)
     order: list[str] = []
     queued: list[int] = []
@@ -145,7 +146,9 @@ async def test_one_call_refreshes_while_the_others_wait_as_queued(tmp_path: Path
 
 async def test_a_refresher_that_did_not_refresh_hands_over_to_the_next(tmp_path: Path) -> None:
     creds = FakeLogin(tmp_path / "creds.json", -60)
-    gate = LoginGate(creds.login_of, Supervisor(max_concurrency=4, max_queue=8), wait_s=10)
+    gate = LoginGate(
+        creds.login_of, Supervisor(Bounds(max_processes=4, max_starting=2), max_queue=8), wait_s=10
+    )
     refreshers = 0
     running = 0
     most = 0
@@ -165,7 +168,7 @@ async def test_a_refresher_that_did_not_refresh_hands_over_to_the_next(tmp_path:
 
 async def test_a_valid_login_never_waits_and_the_wait_is_bounded(tmp_path: Path) -> None:
     creds = FakeLogin(tmp_path / "creds.json", 3600)
-    supervisor = Supervisor(max_concurrency=4, max_queue=8)
+    supervisor = Supervisor(Bounds(max_processes=4, max_starting=2), max_queue=8)
     gate = LoginGate(creds.login_of, supervisor, wait_s=0.3)
     async with gate.turn(_spec()) as a, gate.turn(_spec()) as b:
         assert not a.refresher and not b.refresher
@@ -179,7 +182,9 @@ async def test_a_valid_login_never_waits_and_the_wait_is_bounded(tmp_path: Path)
 
 async def test_a_spare_started_before_the_login_changed_is_not_used(tmp_path: Path) -> None:
     creds = FakeLogin(tmp_path / "creds.json", 3600)
-    gate = LoginGate(creds.login_of, Supervisor(max_concurrency=4, max_queue=8), wait_s=1)
+    gate = LoginGate(
+        creds.login_of, Supervisor(Bounds(max_processes=4, max_starting=2), max_queue=8), wait_s=1
+    )
     async with gate.turn(_spec()) as turn:
         assert turn.born_after == 0.0
     before = time.monotonic()

@@ -16,7 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, ClassVar
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from ..events import Failure
 from ..events import StreamParser as StreamParser  # backends subclass it from here
@@ -43,6 +43,8 @@ class BackendOptions(BaseModel):
 
     bin: str
     """The CLI command: a path or a whole command line (``python fake_cli.py``)."""
+    max_concurrency: int | None = Field(default=None, ge=1)
+    """Calls of this backend at once (an upstream account's own limit); None: no cap."""
 
 
 class Backend(ABC):
