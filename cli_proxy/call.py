@@ -66,7 +66,6 @@ class Finished:
     usage: Usage
     ids: ResponseIds  # the response's id and creation time
     call_ids: tuple[str, ...]  # tool-call ids handed out, in order
-    incomplete_calls: frozenset[int]  # indexes of calls cut off (never delivered as calls)
     stats: RunStats  # the process's figures (final once the events are closed)
 
 
@@ -76,7 +75,6 @@ class Outcome:
     finish_reason: str = "stop"  # "error" when the call failed after it started
     stats: RunStats | None = None
     call_ids: list[str] = field(default_factory=list)  # tool-call ids handed out, in order
-    incomplete_calls: set[int] = field(default_factory=set)  # cut off: not in a JSON answer
     failure: FailureKind | None = None  # what the CLI said went wrong, if it did
     rate_limits: list[RateLimit] = field(default_factory=list)  # as the CLI reported them
     first_content_s: float | None = None  # from the call's start to its first answer event
@@ -91,8 +89,7 @@ class CallRules:
     function is dropped; an answer left with nothing is a ``CliFailed`` invalid answer, which
     SDKs retry) and, with ``parallel_tool_calls: false``, only the first call. Indexes stay
     contiguous. A cut-off answer (the model's JSON ended unclosed) ends with finish reason
-    ``length``: the parser's closing-off of the open call is not sent, and the non-streaming
-    answer leaves that call out (``incomplete``).
+    ``length``; the call it cut was never emitted (``AnswerParser`` emits calls whole).
     """
 
     def __init__(self, tools: set[str], parallel: bool) -> None:
@@ -101,7 +98,6 @@ class CallRules:
         self.index: dict[int, int] = {}  # parser index -> client index, for accepted calls
         self.dropped: list[str] = []
         self.content = False
-        self.incomplete: set[int] = set()  # client indexes of calls cut off
 
     def apply(self, events: list[AnswerEvent]) -> list[AnswerEvent]:
         out: list[AnswerEvent] = []
@@ -120,13 +116,6 @@ class CallRules:
                     self.content = self.content or bool(ev.text)
                 out.append(ev)
         return out
-
-    def finish(self, parser: AnswerParser, events: list[AnswerEvent]) -> list[AnswerEvent]:
-        if parser.cut_off:
-            if parser.cut_call is not None and parser.cut_call in self.index:
-                self.incomplete.add(self.index[parser.cut_call])
-            events = [ev for ev in events if not isinstance(ev, ToolCallArgs)]
-        return self.apply(events)
 
 
 class Call:
@@ -207,7 +196,6 @@ class Call:
                         o.usage,
                         self.plan.call.ids,
                         tuple(o.call_ids),
-                        frozenset(o.incomplete_calls),
                         run.stats,
                     )
         except CallError:
@@ -316,7 +304,7 @@ class Call:
                     raise CliFailed(FailureKind.INVALID_JSON, str(exc)) from None
                 yield ContentDelta(obj)
         if answer is not None:
-            for out in rules.finish(answer, answer.finish()):
+            for out in rules.apply(answer.finish()):
                 yield out
         if answer is not None or native_calls:
             if rules.dropped and not rules.index and not rules.content:
@@ -329,6 +317,5 @@ class Call:
             self.outcome.finish_reason = "tool_calls" if rules.index else "stop"
             if answer is not None and answer.cut_off:
                 self.outcome.finish_reason = "length"
-            self.outcome.incomplete_calls = rules.incomplete
         if truncated:
             self.outcome.finish_reason = "length"

@@ -72,7 +72,6 @@ class Segment:
     index: int = -1  # a call's index among the answer's calls
     call_id: str = ""
     name: str = ""
-    incomplete: bool = False  # a call cut off by the output limit: never delivered as a call
     item_id: str = ""  # its Responses output item, once it has one
     status: str = ""  # its Responses item's status once closed
 
@@ -95,9 +94,6 @@ class Answer:
         (None: nothing to deliver)."""
         if isinstance(ev, Finished):
             self.finished = ev
-            for index in ev.incomplete_calls:
-                if index in self.calls:
-                    self.calls[index].incomplete = True
             return None
         if isinstance(ev, ToolCallStart):
             seg = Segment("call", index=ev.index, call_id=ev.id, name=ev.name)
@@ -123,7 +119,7 @@ class Answer:
         return "".join(s.text for s in self.segments if s.kind == kind)
 
     def complete_calls(self) -> list[Segment]:
-        return [s for s in self.segments if s.kind == "call" and not s.incomplete]
+        return [s for s in self.segments if s.kind == "call"]
 
     @property
     def end(self) -> Finished:
@@ -290,7 +286,7 @@ class ResponsesFormat:
             "call_id": seg.call_id,
             "name": seg.name,
             "arguments": seg.text,
-            "status": "incomplete" if seg.incomplete else status,
+            "status": status,
         }
 
     def _response(
@@ -298,7 +294,7 @@ class ResponsesFormat:
     ) -> dict[str, Any]:
         done = answer is not None and status != "in_progress"
         segments = answer.segments if answer is not None and done else []
-        output = [self._item(s, s.status or "completed") for s in segments if not s.incomplete]
+        output = [self._item(s, s.status or "completed") for s in segments]
         tools = [
             {"type": "function", "strict": t.function.strict, **_fn(t.function.model_dump())}
             for t in self.chat.tools or []
@@ -438,8 +434,6 @@ class ResponsesFormat:
         idx = answer.segments.index(seg)
         seg.status = "completed"
         item = self._item(seg, "completed")
-        if seg.incomplete:
-            return [self._event("response.output_item.done", output_index=idx, item=item)]
         if seg.kind == "text":
             part = item["content"][0]
             out = [
@@ -490,9 +484,8 @@ class ResponsesFormat:
         return [*out, self._event("response.output_item.done", output_index=idx, item=item)]
 
     def tail(self, answer: Answer) -> list[bytes]:
-        """Close the open item, then the final Response. Calls cut off by the output limit
-        end ``incomplete`` and are left out of the final output: a client must not run a
-        half-made call."""
+        """Close the open item, then the final Response (``response.incomplete`` when the
+        answer was cut off by the output limit; a cut call was never emitted)."""
         out = self._close(answer)
         final = self.body(answer)
         return [*out, self._event(f"response.{final['status']}", response=final)]
