@@ -29,6 +29,8 @@ from . import __version__
 from .backends import backend_class
 from .config import Settings
 from .containment import BwrapLauncher, PdeathsigLauncher, default_work_root
+from .limits import CLI_AT_REST_MIB
+from .limits import from_settings as limits_from_settings
 
 VERSION_TIMEOUT_S = 15.0
 _VERSION = re.compile(r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?")
@@ -86,10 +88,6 @@ LOGINS: dict[str, LoginPlace] = {
         "run `codex login`, or set CODEX_API_KEY",
     ),
 }
-
-# RSS of one idle pre-started CLI (a spare waiting for its prompt), measured as in
-# docs/performance.md ("Warm starts" and "What one replica holds").
-SPARE_MIB: dict[str, int] = {"claude": 150, "gemini": 350, "codex": 100}
 
 
 @dataclass(frozen=True)
@@ -255,7 +253,7 @@ def containment_line(settings: Settings) -> str:
 def warm_pool_line(settings: Settings, ready: list[str]) -> str:
     if not settings.warm_pool or settings.warm_max_total == 0 or settings.warm_max_per_key == 0:
         return "off (warm_pool=false): every call starts its CLI cold"
-    sizes = {n: SPARE_MIB[n] for n in ready if n in SPARE_MIB}
+    sizes = {n: CLI_AT_REST_MIB[n] for n in ready if n in CLI_AT_REST_MIB}
     each = ", ".join(f"~{mib} MiB per {n} spare" for n, mib in sizes.items())
     if not sizes:
         return f"up to {settings.warm_max_total} spares; no ready backend to pre-start"
@@ -263,6 +261,21 @@ def warm_pool_line(settings: Settings, ready: list[str]) -> str:
     return (
         f"up to {settings.warm_max_total} spares ({each}): at most ~{worst} MiB RSS "
         "(warm_max_total bounds it, warm_pool=false turns it off)"
+    )
+
+
+def capacity_line(settings: Settings) -> str:
+    """The bounds this machine gets from the settings (``limits.py``; also on ``/health``)."""
+    b, t = limits_from_settings(settings)
+    if b.source == "memory":
+        why = f"from {b.budget_mib} MiB for CLIs / {b.cli_mib} MiB per CLI"
+    else:
+        why = "max_concurrency"
+    caps = ", ".join(f"{n} at most {c}" for n, c in b.per_backend.items())
+    return (
+        f"{b.max_processes} CLI processes at once, calls and spares ({why}); "
+        f"{b.max_starting} starting at once; queue {settings.max_queue} for "
+        f"{t.queue_timeout_s:g} s" + (f"; {caps}" if caps else "")
     )
 
 
@@ -293,6 +306,7 @@ def run(settings: Settings, env: Mapping[str, str] | None = None) -> tuple[int, 
     lines = [f"cli-proxy {__version__}: doctor"]
     lines += [f"{r.name:<{width}} {r.status:<8} {r.line()}" for r in reports]
     lines.append(f"{'containment':<{width}} {containment_line(settings)}")
+    lines.append(f"{'capacity':<{width}} {capacity_line(settings)}")
     lines.append(f"{'warm pool':<{width}} {warm_pool_line(settings, ready)}")
     found = any(r.path is not None for r in reports)
     lines.append(f"{'fixtures':<{width}} {fixtures_line(settings, found)}")

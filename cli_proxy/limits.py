@@ -46,6 +46,8 @@ import psutil
 # at rest, 193 mid-call, ~300 for a moment while it starts; gemini 355 at rest; codex 106
 # at rest, 166 mid-call. RSS, not PSS: a deployment's other processes share few pages.
 CLI_RESIDENT_MIB: dict[str, int] = {"claude": 250, "gemini": 400, "codex": 200}
+# A spare waiting for its prompt (RSS, the same measurement at rest): what the warm pool holds.
+CLI_AT_REST_MIB: dict[str, int] = {"claude": 150, "gemini": 350, "codex": 100}
 UNKNOWN_CLI_MIB = 400  # a backend not measured yet: assume the largest
 MEMORY_SHARE = 0.5  # of the machine's memory, for CLIs; the rest: OS, page cache, gateway
 PROCESS_CEILING = 64  # open pipes, pids and one event loop: more needs a measured reason

@@ -197,3 +197,18 @@ def test_a_hanging_version_is_killed_with_its_children(
     psutil.wait_procs([child], timeout=5)
     with contextlib.suppress(psutil.NoSuchProcess):
         assert not child.is_running() or child.status() == psutil.STATUS_ZOMBIE
+
+
+def test_capacity_line_says_the_bounds_in_force(tmp_path: Path) -> None:
+    """The bounds the gateway would apply here: derived from the memory by default, the
+    setting when one is given, and an upstream account's cap."""
+    _, _, lines = doctor(tmp_path, CLI_PROXY_CLI_MEMORY_BUDGET_MIB="2000")
+    # 2000 MiB over the largest enabled CLI (gemini, 400 MiB): 5
+    assert re.match(
+        r"capacity +5 CLI processes at once, calls and spares \(from 2000 MiB", lines["capacity"]
+    )
+    _, _, lines = doctor(
+        tmp_path, CLI_PROXY_MAX_CONCURRENCY="3", CLI_PROXY_CLAUDE__MAX_CONCURRENCY="2"
+    )
+    assert "3 CLI processes at once, calls and spares (max_concurrency)" in lines["capacity"]
+    assert "claude at most 2" in lines["capacity"]
