@@ -156,6 +156,8 @@ class Gateway:
                 waiting=lambda: self.supervisor.waiting,
                 max_concurrency=lambda: self.supervisor.max_concurrency,
                 spares=lambda: self.pool.ready() if self.pool is not None else {},
+                processes=lambda: self.supervisor.processes(),
+                starting=lambda: self.supervisor.starting,
             )
         )
         pooled = s.warm_pool and s.warm_max_total > 0 and s.warm_max_per_key > 0

@@ -55,6 +55,8 @@ class Gauges:
     waiting: Callable[[], int]
     max_concurrency: Callable[[], int]
     spares: Callable[[], dict[str, int]]  # ready spares by backend
+    processes: Callable[[], int] = lambda: 0  # CLI processes alive: calls' and spares
+    starting: Callable[[], int] = lambda: 0  # start slots held
 
 
 class Metrics:
@@ -209,7 +211,17 @@ class _StateCollector(Collector):
         yield GaugeMetricFamily("cli_proxy_calls_running", "Calls holding a CLI slot", g.running())
         yield GaugeMetricFamily("cli_proxy_calls_waiting", "Calls queued for a slot", g.waiting())
         yield GaugeMetricFamily(
-            "cli_proxy_max_concurrency", "CLI slots in force", g.max_concurrency()
+            "cli_proxy_max_concurrency",
+            "The process bound in force: CLI processes alive at once, calls and spares",
+            g.max_concurrency(),
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_cli_processes",
+            "CLI processes alive: running calls and spares",
+            g.processes(),
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_clis_starting", "CLIs starting (start slots held)", g.starting()
         )
         spares = GaugeMetricFamily(
             "cli_proxy_spares_ready", "Pre-started CLI processes waiting", labels=["backend"]

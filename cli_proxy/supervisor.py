@@ -145,6 +145,11 @@ class Supervisor:
         return self.running
 
     @property
+    def starting(self) -> int:
+        """Start slots held (cold spawns and spare refills still starting)."""
+        return self._starting
+
+    @property
     def closing(self) -> bool:
         return self._closing
 

@@ -119,6 +119,10 @@ async def test_a_known_mix_of_calls(serve: ServeFactory) -> None:
     assert value(s, "cli_proxy_calls_running") == 0
     assert value(s, "cli_proxy_calls_waiting") == 0
     assert value(s, "cli_proxy_max_concurrency") == served.gateway.supervisor.max_concurrency
+    # spares may be starting or stopping meanwhile: the bounds hold whatever the moment
+    bounds = served.gateway.supervisor.bounds
+    assert 0 <= value(s, "cli_proxy_cli_processes") <= bounds.max_processes
+    assert 0 <= value(s, "cli_proxy_clis_starting") <= bounds.max_starting
     assert ("cli_proxy_spares_ready", (("backend", "claude"),)) in s
     # a scrape is not a request
     again = await scrape(served)
