@@ -13,6 +13,9 @@
    gateway's queue wait, peak CLI processes and peak tree memory (RSS sum). A streamed row
    (the model streams 20 deltas after the delay) at concurrency 8. Targets at concurrency 8:
    >= 0.9x the direct calls/s and p95 <= 1.25x the direct p95.
+3. ``small``: the same gateway as on a small VM (``cli_memory_budget_mib`` 2000: a bound of 8
+   claude processes, calls and spares together) at concurrency 16: the bound holds, the
+   excess waits in the queue, no call fails.
 
 Usage: ``python bench/capacity.py [--delay 3] [--levels 1,4,8,16] [--only sizes|slow]``;
 writes bench/capacity-results.json. Needs the real CLIs (``make real-clis``).
@@ -242,6 +245,55 @@ async def direct(gw: Gateway, text: str) -> None:
         await reaped(proc.pid)
 
 
+async def small(name: str, binary: str, delay: float, c: int = 16) -> dict[str, Any]:
+    """Concurrency ``c`` against a bound of 8 (a 4 GiB machine's share for claude)."""
+    settings = Settings(backends=["claude"], claude_bin=binary, cli_memory_budget_mib=2000)
+    gw, runner, client = await serve(settings)
+    sup = gw.supervisor
+    bound = sup.bounds.max_processes
+    most = 0
+
+    async def through(i: int) -> None:
+        messages = [{"role": "user", "content": directive(i, delay, False)}]
+        r = await client.chat.completions.create(model=MODELS["claude"], messages=messages)  # type: ignore[arg-type]
+        assert (r.choices[0].message.content or "").startswith("answer number")
+
+    async def watch() -> None:
+        nonlocal most
+        while True:
+            most = max(most, sup.processes())
+            await asyncio.sleep(0.05)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        await through(-1)
+        sup.peak_processes = 0
+        with structlog.testing.capture_logs() as logs:
+            g = await level(through, c, 2 * c)
+        waits = [e["queue_wait_ms"] / 1000 for e in logs if e.get("queue_wait_ms") is not None]
+        g.update(
+            bound=bound,
+            peak_processes_counted=sup.peak_processes,
+            processes_sampled_max=most,
+            queued_calls=sum(1 for w in waits if w > 0.05),
+            queue_wait_p95_s=round(pct(waits, 95), 3) if waits else None,
+            errors=sum(1 for e in logs if e.get("status", 200) != 200),
+        )
+    finally:
+        watcher.cancel()
+        await client.close()
+        await runner.cleanup()
+    held = g["peak_processes_counted"] <= bound and g["peak_cli_processes"] <= bound
+    print(
+        f"  {name} c{c}, bound {bound}: {g['calls_per_s']:.2f}/s p95 {g['p95_s']:.2f} s, "
+        f"CLI procs peak {g['peak_cli_processes']} (counted {g['peak_processes_counted']}), "
+        f"{g['queued_calls']} of {2 * c} calls queued (p95 {g['queue_wait_p95_s']} s), "
+        f"{g['errors']} errors: bound {'held' if held else 'EXCEEDED'}",
+        flush=True,
+    )
+    return g
+
+
 async def slow(name: str, binary: str, delay: float, levels: list[int]) -> dict[str, Any]:
     settings = Settings(backends=["claude"], claude_bin=binary)  # default bounds and limits
     gw, runner, client = await serve(settings)
@@ -312,7 +364,7 @@ async def main() -> None:
     ap = argparse.ArgumentParser(description=(__doc__ or "").splitlines()[0])
     ap.add_argument("--delay", type=float, default=3.0)
     ap.add_argument("--levels", default="1,4,8,16")
-    ap.add_argument("--only", choices=["sizes", "slow"])
+    ap.add_argument("--only", choices=["sizes", "slow", "small"])
     ap.add_argument("--clis", default="fake,claude", help="slow rows: fake and/or claude")
     ap.add_argument("--sizes", default="claude,gemini,codex", help="backends to measure")
     ap.add_argument("--out", default=str(ROOT / "bench" / "capacity-results.json"))
@@ -341,6 +393,11 @@ async def main() -> None:
             bins = {"fake": FAKE_SLOW, "claude": str(clis / "claude")}
             for name in args.clis.split(","):
                 results[f"slow_{name}"] = await slow(name, bins[name], args.delay, levels)
+        if args.only in (None, "small"):
+            print("3. a small VM's bound (8 processes) at concurrency 16")
+            bins = {"fake": FAKE_SLOW, "claude": str(clis / "claude")}
+            for name in args.clis.split(","):
+                results[f"small_{name}"] = await small(name, bins[name], args.delay)
     finally:
         await api.close()
     results["loadavg_at_end"] = os.getloadavg()
