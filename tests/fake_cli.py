@@ -52,6 +52,11 @@ gemini --acp only (the CLI speaks JSON-RPC; the prompt is the text of its conten
   stderr_progress  the same on stderr only, stdout silent
   silent_reads  after the init line, print nothing for this many seconds while reading
               bytes (as a CLI does whose model streams thoughts it does not print)
+gemini --acp with a "Login with Google" (``$GEMINI_CLI_HOME/.gemini/oauth_creds.json``) whose
+refresh token starts with "refused" and whose access token has expired: what 0.61.0 does
+when the token endpoint refuses the refresh (capture gemini-0.61.0-acp-refresh-invalid-grant):
+the interactive login's URL on stdout, one stdin line taken as the code, the code question
+again, then it waits, even after stdin ends.
 ``fake_cli.py claude --version`` prints a version in the real CLI's format (for doctor).
 Only the standard library: it runs with whatever python3 is on PATH.
 """
@@ -412,6 +417,38 @@ class AcpSession:
         return {}
 
 
+def gemini_login_refused() -> bool:
+    """A Google login whose expired access token the token endpoint will not refresh."""
+    creds = os.path.join(os.environ.get("GEMINI_CLI_HOME", ""), ".gemini", "oauth_creds.json")
+    try:
+        with open(creds, encoding="utf-8") as f:
+            login = json.load(f)
+    except (OSError, ValueError):
+        return False
+    expired = float(login.get("expiry_date") or 0) < time.time() * 1000
+    return expired and str(login.get("refresh_token", "")).startswith("refused")
+
+
+def gemini_interactive_login() -> None:
+    """0.61.0's ``authWithUserCode`` over ACP, twice: the URL (after its terminal escapes),
+    a stdin line read as the code (our initialize), refused; then it waits for ever."""
+    url = "https://accounts.google.com/o/oauth2/v2/auth?redirect_uri=fake&response_type=code"
+    question = "\x1b[1G\x1b[0JEnter the authorization code: \x1b[31G"
+    screen = "\x1b[?1049h\x1b[2J\x1b[H\x1b[?1006l\x1b[?1002l\x1b[<u\x1b[?7h"
+    visit = f"Please visit the following URL to authorize the application:\n\n{url}\n\n"
+    sys.stdout.write(screen + visit + question)
+    sys.stdout.flush()
+    sys.stdin.readline()
+    sys.stderr.write("Failed to authenticate with authorization code:invalid_grant\n")
+    sys.stderr.write("\nFailed to authenticate with user code. Retrying...\n")
+    sys.stderr.flush()
+    sys.stdout.write(visit + question)
+    sys.stdout.flush()
+    for _ in sys.stdin:
+        pass
+    time.sleep(300)  # alive after its input ended: the gateway must end it
+
+
 def run_gemini_acp(acp: AcpSession, spec: dict[str, object], answer: str) -> None:
     out = Out(spec)
 
@@ -518,6 +555,9 @@ def main() -> int:
     sys.stdout.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     acp = AcpSession() if flavour == "gemini" and "--acp" in argv else None
     if acp is not None:
+        if gemini_login_refused():
+            gemini_interactive_login()
+            return 41
         if not acp.open():
             return 0  # stdin ended before any prompt (a spare that was never used)
         prompt = raw = acp.text()

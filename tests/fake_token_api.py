@@ -14,7 +14,9 @@ Paths (whatever the host a proxy or an override sends here):
   ``rotate=False`` answers no new refresh token), and ``/tokeninfo`` (an access token's
   validity: not a refresh, counted in ``infos``).
 
-``delay`` makes each answer late (the slow-endpoint case).
+``delay`` makes each answer late (the slow-endpoint case). An authorization-code exchange
+(``grant_type=authorization_code``: gemini's interactive login over ACP reads a stdin line as
+the code) is refused and recorded in ``codes``, never counted as a refresh.
 """
 
 from __future__ import annotations
@@ -89,6 +91,7 @@ class FakeTokenAPI:
     access: str = ""  # the last access token issued
     accesses: set[str] = field(default_factory=set)
     infos: int = 0  # Google tokeninfo lookups (not refreshes)
+    codes: list[str] = field(default_factory=list)  # authorization codes presented
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -124,6 +127,9 @@ class FakeTokenAPI:
                 return web.json_response({"error": "invalid_token"}, status=400)
             scope = "https://www.googleapis.com/auth/cloud-platform"
             return web.json_response({"expires_in": self.lifetime_s, "scope": scope})
+        if body.get("grant_type") == "authorization_code":
+            self.codes.append(str(body.get("code") or ""))
+            return web.json_response({"error": "invalid_grant"}, status=400)
         token = str(body.get("refresh_token") or "")
         if self.delay:
             await asyncio.sleep(self.delay)

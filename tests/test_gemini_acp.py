@@ -6,6 +6,7 @@ granted, thoughts are reasoning, a running CLI tool ends the call."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 from typing import Any
 
 import openai
@@ -17,7 +18,7 @@ from cli_proxy.failures import FailureKind
 from cli_proxy.prompt import render
 from cli_proxy.protocol import ChatCompletionRequest
 
-from .conftest import Served, fake
+from .conftest import Served, ServeFactory, fake
 from .test_images import PNG, data_url, image_part, sha
 
 GEMINI = "gemini-2.5-flash"
@@ -142,6 +143,33 @@ def test_no_result_is_a_failure() -> None:
     ]
 
 
+# 0.61.0's interactive login on stdout, as captured (gemini-0.61.0-acp-refresh-invalid-grant)
+LOGIN_URL_LINE = (
+    b"\x1b[?1049h\x1b[2J\x1b[H\x1b[?1006l\x1b[?1002l\x1b[<u\x1b[?7hPlease visit the following "
+    b"URL to authorize the application:\n"
+)
+LOGIN_QUESTION = b"\x1b[1G\x1b[0JEnter the authorization code: \x1b[31G"
+
+
+@pytest.mark.parametrize("first", [LOGIN_URL_LINE, LOGIN_QUESTION])
+def test_an_interactive_login_on_stdout_is_login_expired(first: bytes) -> None:
+    """A refused refresh never reaches the protocol: the CLI asks for a new login on stdout
+    before answering initialize, and would wait on stdin for a code."""
+    parser = GeminiParser([{"type": "text", "text": "hi"}])
+    events = parser.feed(first)
+    assert [e.kind for e in events if isinstance(e, Failure)] == [FailureKind.LOGIN_EXPIRED]
+    assert "Login with Google" in events[0].message  # type: ignore[union-attr]
+    assert parser.done and parser.replies() == b""  # no prompt goes to a CLI waiting for a code
+    assert parser.feed(b"https://accounts.google.com/o/oauth2/v2/auth?x=1\n") == []
+    assert parser.finish(-9, "Failed to authenticate with user code.") == []
+
+
+def test_other_noise_on_stdout_is_not_a_login() -> None:
+    parser = opened()
+    assert parser.feed(b"Loaded cached credentials.\n") == []
+    assert not parser.done
+
+
 # ------------------------------------------------------------- through the gateway
 
 
@@ -202,3 +230,32 @@ async def test_images_reach_gemini(served: Served) -> None:
     )
     got = json.loads(r.choices[0].message.content or "[]")
     assert [b for b in got if "image" in b] == [{"image": "image/png", "sha256": sha(PNG)}]
+
+
+async def test_a_refused_google_login_is_503_login_expired(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The fake gemini does what 0.61.0 does over ACP when the token endpoint refuses the
+    refresh (URL on stdout, then waits, even after stdin ends): 503 login_expired, not the
+    call's time-out, and the user's login file is left as it was."""
+    gemini = tmp_path / "home" / ".gemini"
+    gemini.mkdir(parents=True)
+    (gemini / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "oauth-personal"}}})
+    )
+    creds = {"access_token": "ya29.x", "refresh_token": "refused-1", "expiry_date": 1000}
+    (gemini / "oauth_creds.json").write_text(json.dumps(creds))
+    before = (gemini / "oauth_creds.json").read_bytes()
+    for name in ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GENAI_USE_VERTEXAI"):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    served = await serve(work_root=tmp_path / "w")  # time-outs: 15 s idle, 30 s in all
+    with pytest.raises(openai.APIStatusError) as info:
+        await served.client.chat.completions.create(
+            model=GEMINI, messages=[{"role": "user", "content": fake(answer="never")}]
+        )
+    err = info.value
+    assert (err.status_code, err.response.headers.get("x-should-retry")) == (503, "false")
+    assert isinstance(err.body, dict) and err.body.get("code") == "login_expired", err.body
+    assert "Login with Google" in str(err.body.get("message"))
+    assert (gemini / "oauth_creds.json").read_bytes() == before

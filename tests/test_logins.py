@@ -313,6 +313,13 @@ def _replay(parser: Any, name: str) -> list[Any]:
         (CodexParser, "codex-0.169.0-refresh-invalid-grant", "codex login"),
         (ClaudeParser, "claude-2.1.197-refresh-invalid-grant", "/login"),
         (lambda: GeminiParser([]), "gemini-0.61.0-refresh-invalid-grant", "Login with Google"),
+        # over ACP: the interactive login's URL on stdout, then 5 min on stdin, exit 41
+        (lambda: GeminiParser([]), "gemini-0.61.0-acp-refresh-invalid-grant", "Login with Google"),
+        (
+            lambda: GeminiParser([]),
+            "gemini-0.61.0-acp-refresh-invalid-grant-stdin-closed",
+            "Login with Google",
+        ),
     ],
 )
 def test_a_login_that_is_gone_is_login_expired(

@@ -444,13 +444,13 @@ async def test_gemini_expired_login_refreshed_once(gemini_run: Run) -> None:
 @needs_gemini
 @pytest.mark.parametrize("delay", [0.0])
 @pytest.mark.parametrize("launcher", ["pdeathsig"])
-@pytest.mark.xfail(
-    strict=True,
-    reason="over ACP (gemini --acp 0.61.0) a refused refresh does not end the prompt: the "
-    "call waits until the client's time-out instead of answering 503 login_expired "
-    "(the headless stream-json mode exited 41); open in issue 32's follow-up",
-)
 async def test_gemini_login_gone_is_login_expired(gemini_run: Run) -> None:
+    """Over ACP, 0.61.0 answers a refused refresh with its interactive login: the URL on
+    stdout (the sign the parser reads), then a stdin line taken as the authorization code
+    (capture gemini-0.61.0-acp-refresh-invalid-grant). That line is the ACP set-up the
+    gateway wrote at spawn, never the prompt: the prompt waits for the session."""
     await _gone(gemini_run, "gemini-2.5-flash", "Login with Google", 1)
     creds = json.loads((gemini_run.home / ".gemini" / "oauth_creds.json").read_text())
     assert creds["refresh_token"] == "1//rt-0"  # left alone
+    codes = gemini_run.token.codes
+    assert len(codes) <= 1 and all("@@fake" not in code for code in codes), codes

@@ -13,7 +13,11 @@ back with thoughts apart (``agent_thought_chunk``), a stop reason and usage. The
     <- the prompt's result {stopReason, _meta.quota.token_count} or a JSON-RPC error
        whose code is the upstream HTTP status (401, 429, 503; 500 for the rest)
 
-Then stdin is closed and the CLI exits (~0.5 s). A request from the CLI is never granted:
+Then stdin is closed and the CLI exits (~0.5 s). A "Login with Google" whose refresh is
+refused never reaches the protocol: the CLI starts its interactive login instead, printing
+the authorization URL on stdout before any JSON-RPC answer, then reads a code from stdin and
+waits there (capture gemini-0.61.0-acp-refresh-invalid-grant): that line ends the call as
+``login_expired``. A request from the CLI is never granted:
 ``session/request_permission`` is answered ``cancelled``, anything else with a JSON-RPC
 error. The seal is the workspace settings (no core tools): with a tool enabled, 0.61.0 ran
 ``run_shell_command`` and ``write_file`` without asking permission at all, so a tool that
@@ -45,6 +49,7 @@ from .base import (
     exit_failure,
     kind_for_status,
     load_json_line,
+    login_expired_message,
 )
 from .system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 
@@ -148,6 +153,9 @@ class GeminiBackend(Backend):
         # the working directory is our own empty temp dir; trusting it loads our settings
         env["GEMINI_CLI_TRUST_WORKSPACE"] = "true"
         env["TZ"] = "UTC"  # the date in its session context follows the time zone
+        # a login that needs a new consent never opens a browser or a callback port on the
+        # gateway host: it prints its URL on stdout, the sign the parser reads
+        env["NO_BROWSER"] = "true"
         return self.system_prompt_env(env)
 
     def workdir_files(self, launch: LaunchOptions) -> tuple[tuple[str, bytes], ...]:
@@ -250,8 +258,10 @@ class GeminiParser(StreamParser):
 
     def feed(self, line: bytes) -> list[CliEvent]:
         obj = load_json_line(line)
-        if obj is None or self.done:
+        if self.done:
             return []
+        if obj is None:
+            return self._login_prompt() if _LOGIN_PROMPT.search(line) else []
         method = obj.get("method")
         if isinstance(method, str):
             if "id" in obj:
@@ -272,6 +282,16 @@ class GeminiParser(StreamParser):
         else:
             error = {"code": METHOD_NOT_FOUND, "message": f"{method} is not offered by this client"}
             self._out.append(rpc_line({"id": rid, "error": error}))
+
+    def _login_prompt(self) -> list[CliEvent]:
+        """The CLI asks for an interactive Google login (its refresh was refused) on the
+        protocol's stdout: it would wait on stdin for a code, and no code will come."""
+        message = login_expired_message(
+            "gemini's Google login could not be refreshed: it asked for a new interactive "
+            "login (Please visit the following URL to authorize the application)",
+            RELOGIN["gemini"],
+        )
+        return self._fail(Failure(FailureKind.LOGIN_EXPIRED, message))
 
     def _setup_result(self, obj: dict[str, Any]) -> list[CliEvent]:
         if "error" in obj:
@@ -413,6 +433,11 @@ def _upstream_message(message: str) -> str:
     return inner if isinstance(inner, str) and inner else message
 
 
+# What 0.61.0's interactive login (``authWithUserCode``) writes to stdout (after terminal
+# escapes, not JSON): the URL, then the code question (no newline: seen at exit).
+_LOGIN_PROMPT = re.compile(
+    rb"Please visit the following URL to authorize the application|Enter the authorization code"
+)
 _NOT_FOUND = re.compile(r"\bmodels?/\S+ is not found|\bmodel\b.*\bnot found\b", re.I)
 
 
