@@ -27,6 +27,7 @@ import psutil
 
 from .failures import CliMissing
 from .plan import LaunchSpec
+from .proctree import child_pids, descendant_pids
 
 _PR_SET_PDEATHSIG = 1
 
@@ -85,13 +86,13 @@ def kill_orphans() -> list[int]:
     if not _subreaper or _spawning:
         return []
     pids = []
-    for child in psutil.Process().children():
-        if child.pid in _spawned:
+    for child in child_pids(os.getpid()):
+        if child in _spawned:
             continue
-        pids.append(child.pid)
-        with contextlib.suppress(psutil.Error):
-            for p in [*child.children(recursive=True), child]:
-                p.kill()
+        pids.append(child)
+        for pid in [*descendant_pids(child), child]:
+            with contextlib.suppress(OSError):
+                os.kill(pid, signal.SIGKILL)
     return pids
 
 

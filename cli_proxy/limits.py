@@ -41,6 +41,8 @@ from typing import Any, Protocol
 
 import psutil
 
+from .proctree import tree
+
 # Resident size of one CLI tree (RSS, summed over the tree, rounded up), measured with the
 # real binaries through the gateway by bench/capacity.py (docs/performance.md): claude 152
 # at rest, 193 mid-call, ~300 for a moment while it starts; gemini 355 at rest; codex 106
@@ -266,8 +268,7 @@ def _tree_cpu(pid: int) -> tuple[float, bool] | None:
     """CPU seconds used so far by ``pid`` and its live descendants, and whether any of
     them is running or waiting for a CPU (state R)."""
     try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        procs = tree(pid)
     except psutil.Error:
         return None
     total, runnable = 0.0, False

@@ -23,6 +23,7 @@ from .containment import Launcher, Prepared, reaped, spawn
 from .failures import CliFailed, CliTimeout, FailureKind, ShuttingDown
 from .limits import Limits
 from .plan import LaunchSpec
+from .proctree import tree
 
 
 class Handover(Protocol):
@@ -278,8 +279,7 @@ def tree_read_chars(pid: int) -> int | None:
     """Bytes read so far (any file, pipe or socket: /proc/PID/io rchar) by ``pid`` and its
     live descendants; None when it cannot be read."""
     try:
-        root = psutil.Process(pid)
-        procs = [root, *root.children(recursive=True)]
+        procs = tree(pid)
     except psutil.Error:
         return None
     total = 0
@@ -336,11 +336,8 @@ async def kill_tree(proc: asyncio.subprocess.Process, grace_s: float) -> None:
     """Kill the CLI, its process group and every descendant found; wait until it is reaped."""
     procs: list[psutil.Process] = []
     if proc.returncode is None:  # not reaped yet: its pid cannot belong to anyone else
-        try:
-            root = psutil.Process(proc.pid)
-            procs = [root, *root.children(recursive=True)]
-        except psutil.Error:
-            pass
+        with contextlib.suppress(psutil.Error):
+            procs = tree(proc.pid)
     await _terminate(proc.pid, procs, grace_s)
     deadline = time.monotonic() + max(grace_s, 5.0)
     # not proc.wait(): that also waits for the pipes, which an escaped child may hold

@@ -8,6 +8,7 @@ takes. The gateway, routing, fixtures and ``cli`` loop over the registry
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 import shlex
@@ -184,8 +185,17 @@ COMMON_ENV = (
 """What every CLI may need: where things are, locale, proxies and CA certificates."""
 
 
+@functools.lru_cache(maxsize=64)
+def _allow_rule(allow: tuple[str, ...]) -> tuple[frozenset[str], tuple[str, ...]]:
+    """An allowlist as exact names and name prefixes (``LC_*``), built once per list: the
+    environment is filtered for every call and spare (it was ~1.6 ms of a call's CPU)."""
+    exact = frozenset(a for a in allow if not a.endswith("*"))
+    return exact, tuple(a[:-1] for a in allow if a.endswith("*"))
+
+
 def _allowed(name: str, allow: tuple[str, ...]) -> bool:
-    return any(name.startswith(a[:-1]) if a.endswith("*") else name == a for a in allow)
+    exact, prefixes = _allow_rule(allow)
+    return name in exact or (bool(prefixes) and name.startswith(prefixes))
 
 
 def scrub_env(
