@@ -291,7 +291,9 @@ def call_record(api: str, call: Call, status: int, code: str, duration: float) -
         if stats.killed not in (None, "lingered"):
             exit_kind = stats.killed
         elif stats.exit_code is not None:
-            exit_kind = "ok" if stats.exit_code == 0 or stats.killed == "lingered" else "error"
+            # killed after its result ("lingered"): ok, unless that result was a failure
+            ok = outcome.failure is None if stats.killed == "lingered" else stats.exit_code == 0
+            exit_kind = "ok" if ok else "error"
     refused = stats.killed if stats and stats.killed in ANSWER_REFUSALS else None
     return CallRecord(
         endpoint=api,

@@ -11,6 +11,7 @@ from typing import Any
 
 import openai
 import pytest
+import structlog
 
 from cli_proxy.backends.gemini import ACP_PREFIX, GeminiBackend, GeminiParser
 from cli_proxy.events import CliText, CliThinking, Failure, Truncated, UsageReport
@@ -250,11 +251,17 @@ async def test_a_refused_google_login_is_503_login_expired(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     served = await serve(work_root=tmp_path / "w")  # time-outs: 15 s idle, 30 s in all
-    with pytest.raises(openai.APIStatusError) as info:
+    with (
+        structlog.testing.capture_logs() as logs,
+        pytest.raises(openai.APIStatusError) as info,
+    ):
         await served.client.chat.completions.create(
             model=GEMINI, messages=[{"role": "user", "content": fake(answer="never")}]
         )
     err = info.value
+    # killed by the gateway after its failure: an error exit, not "ok" (log and metrics)
+    (done,) = [e for e in logs if e["event"] == "chat_completion"]
+    assert (done["exit"], done["killed"]) == ("error", "lingered"), done
     assert (err.status_code, err.response.headers.get("x-should-retry")) == (503, "false")
     assert isinstance(err.body, dict) and err.body.get("code") == "login_expired", err.body
     assert "Login with Google" in str(err.body.get("message"))
