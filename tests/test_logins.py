@@ -340,6 +340,9 @@ def test_a_login_that_is_gone_is_login_expired(
         ("Not logged in · Please run /login", "login"),
         ("OAuth token has expired. Please obtain a new token", "login"),
         ('{"error":"invalid_grant","error_description":"Bad Request"}', "login"),
+        # gemini --acp after its interactive login waited out 5 min (rc 41; capture
+        # gemini-0.61.0-acp-refresh-invalid-grant.stderr.txt, last line)
+        ("\x1b[31mFailed to authenticate with user code.\x1b[0m", "login"),
         ("Invalid API key · Please run /login", "auth"),
         ("Invalid API key · Fix external API key", "auth"),
         ("unexpected status 401 Unauthorized: Incorrect API key provided", "auth"),

@@ -240,7 +240,7 @@ _LOGIN_GONE = re.compile(
     r"could not be refreshed|sign in again|not logged in|oauth token (?:has )?(?:expired|"
     r"(?:was |has been )?revoked)|invalid_grant|refresh token (?:was |has )?"
     r"(?:already been used|already used|expired|revoked|is invalid)|re-?authenticate|"
-    r"manual authorization is required",
+    r"manual authorization is required|failed to authenticate with user code",
     re.I,
 )
 """The CLI's subscription login is gone: its refresh failed or it was logged out (captured:
