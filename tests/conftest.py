@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -63,6 +64,31 @@ class Served:
 
 
 ServeFactory = Callable[..., Awaitable[Served]]
+
+
+async def stalled_stream(
+    served: Served, model: str = "claude-sonnet-4-6"
+) -> tuple[asyncio.StreamWriter, bytes]:
+    """Start a stream of ~30 MB (far more than the socket buffers hold) over a raw socket,
+    read its HTTP head, then read no more: a client that stopped reading. Returns the socket
+    (close it) and the head."""
+    big = "x" * 100_000
+    body = json.dumps(
+        {
+            "model": model,
+            "stream": True,
+            "messages": [{"role": "user", "content": fake(answer=big, repeat=300, chunks=3000)}],
+        }
+    ).encode()
+    url = served.server.make_url("/v1/chat/completions")
+    reader, writer = await asyncio.open_connection(url.host, url.port)
+    writer.write(
+        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
+        + body
+    )
+    await writer.drain()
+    return writer, await reader.readuntil(b"\r\n\r\n")
 
 
 class GatewayTestServer(TestServer):

@@ -26,7 +26,7 @@ from cli_proxy.cli import build_parser, settings_from_args
 from cli_proxy.config import Settings
 from cli_proxy.limits import Bounds
 
-from .conftest import FAKE_CLI, Served, ServeFactory, fake
+from .conftest import FAKE_CLI, Served, ServeFactory, fake, stalled_stream
 from .test_reliability import error_of, fake_clis, wait_until
 
 MODEL = "claude-sonnet-4-6"
@@ -366,25 +366,9 @@ async def test_a_stalled_reader_frees_its_slot_within_the_calls_cap(serve: Serve
     """D2: the whole-call cap bounds the write phase too. A client that stops reading is
     dropped at timeout_s (2 s), long before write_timeout_s (60 s)."""
     s = await serve(timeout_s=2.0, write_timeout_s=60, keepalive_s=0)
-    big = "x" * 100_000
-    body = json.dumps(
-        {
-            "model": MODEL,
-            "stream": True,
-            "messages": user(fake(answer=big, repeat=300, chunks=3000)),
-        }
-    ).encode()
-    url = s.server.make_url("/v1/chat/completions")
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    writer.write(
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    await writer.drain()
     sup = s.gateway.supervisor
     with structlog.testing.capture_logs() as logs:
-        head = await reader.readuntil(b"\r\n\r\n")  # then it reads no more
+        writer, head = await stalled_stream(s)  # then it reads no more
         assert head.startswith(b"HTTP/1.1 200"), head
         await wait_until(lambda: sup.running == 0, 30, "the slot to be freed")
     dropped = [e for e in logs if e["event"] == "slow_client_dropped"]

@@ -8,7 +8,7 @@ from typing import Any
 import aiohttp
 import pytest
 
-from .conftest import Served, ServeFactory, fake
+from .conftest import Served, ServeFactory, fake, stalled_stream
 
 MODELS = ["claude-sonnet-4-6", "gemini-2.5-flash"]
 
@@ -186,7 +186,6 @@ async def test_closed_stdout_waits_the_idle_timeout_not_the_total(serve: ServeFa
 
 
 async def test_a_streaming_client_that_stops_reading_frees_its_slot(serve: ServeFactory) -> None:
-    import asyncio
     import time
 
     import structlog
@@ -194,25 +193,9 @@ async def test_a_streaming_client_that_stops_reading_frees_its_slot(serve: Serve
     from .test_reliability import wait_until
 
     served = await serve(write_timeout_s=1.0, keepalive_s=0)
-    big = "x" * 100_000  # repeated 300 times: far more than the socket buffers hold
-    body = json.dumps(
-        {
-            "model": "claude-sonnet-4-6",
-            "stream": True,
-            "messages": [{"role": "user", "content": fake(answer=big, repeat=300, chunks=3000)}],
-        }
-    ).encode()
-    url = served.server.make_url("/v1/chat/completions")
-    reader, writer = await asyncio.open_connection(url.host, url.port)
-    writer.write(
-        f"POST /v1/chat/completions HTTP/1.1\r\nHost: 127.0.0.1\r\n"
-        f"Content-Type: application/json\r\nContent-Length: {len(body)}\r\n\r\n".encode()
-        + body
-    )
-    await writer.drain()
     supervisor = served.gateway.supervisor
     with structlog.testing.capture_logs() as logs:
-        head = await reader.readuntil(b"\r\n\r\n")  # then the client reads no more
+        writer, head = await stalled_stream(served)  # then the client reads no more
         assert head.startswith(b"HTTP/1.1 200"), head
         assert supervisor.running == 1  # the call is under way
         t0 = time.monotonic()
