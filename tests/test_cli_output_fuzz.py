@@ -266,13 +266,23 @@ def cli_answer(flavour: str, pieces: list[str]) -> bytes:
             "message": {"role": "assistant", "content": [{"type": "text", "text": text}]},
         }
         out_lines = [init, *deltas, whole, {**result, "result": text}]
-    else:
-        init, result = json.loads(lines[0]), json.loads(lines[-1])
-        deltas = [
-            {"type": "message", "role": "assistant", "content": p, "delta": True} for p in pieces
-        ]
-        out_lines = [init, *deltas, result]
+    else:  # gemini --acp: the captured set-up replies and result, our text as message chunks
+        captured = [json.loads(line) for line in lines]
+        chunk = next(o for o in captured if _acp_update(o) == "agent_message_chunk")
+        head = [o for o in captured[:-1] if _acp_update(o) != "agent_message_chunk"]
+        deltas = []
+        for p in pieces:
+            params = {**chunk["params"], "update": {**chunk["params"]["update"]}}
+            params["update"]["content"] = {"type": "text", "text": p}
+            deltas.append({**chunk, "params": params})
+        out_lines = [*head, *deltas, captured[-1]]
     return b"".join(json.dumps(line).encode() + b"\n" for line in out_lines)
+
+
+def _acp_update(obj: dict[str, Any]) -> object:
+    params = obj.get("params")
+    update = params.get("update") if isinstance(params, dict) else None
+    return update.get("sessionUpdate") if isinstance(update, dict) else None
 
 
 def out(raw: bytes, **spec: Any) -> dict[str, Any]:
@@ -436,6 +446,19 @@ def deep_tool_answers(draw: st.DrawFn) -> tuple[str, str | None]:
         text = text[:cut]
         expected = None  # cut: the call may or may not have completed before the cut
     return text, expected
+
+
+@pytest.mark.parametrize("flavour", ["claude", "gemini"])
+@pytest.mark.parametrize("tools", [False, True])
+def test_a_constructed_answer_is_read_as_the_cli_saying_it(
+    live: LiveGateway, http: requests.Session, flavour: str, tools: bool
+) -> None:
+    """The fuzz below builds each CLI's stdout around its text (``cli_answer``): the gateway
+    must read it as that CLI's answer, or the fuzz tests nothing but the error path."""
+    text = '{"tool_call":null,"response":"Hello world"}' if tools else "Hello world"
+    pieces = [text[:5], text[5:9], text[9:]]
+    resp, _ = call(live, http, zout(cli_answer(flavour, pieces)), flavour=flavour, tools=tools)
+    assert answer_text("chat", False, resp) == "Hello world"
 
 
 @settings(EXAMPLES, max_examples=30)
