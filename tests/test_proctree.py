@@ -8,7 +8,9 @@ import sys
 import time
 
 import psutil
+import pytest
 
+from cli_proxy import proctree
 from cli_proxy.proctree import child_pids, descendant_pids, tree
 
 # a child that starts a grandchild from its main thread and another from a second thread
@@ -23,7 +25,12 @@ time.sleep(30)
 """
 
 
-def test_descendants_match_psutils_scan() -> None:
+@pytest.mark.parametrize("children_file", [True, False], ids=["proc-children", "psutil-scan"])
+def test_descendants_match_psutils_scan(
+    monkeypatch: pytest.MonkeyPatch, children_file: bool
+) -> None:
+    """Both ways (the /proc children files, and psutil's scan where a kernel lacks them)."""
+    monkeypatch.setattr(proctree, "_HAS_CHILDREN_FILE", children_file)
     proc = subprocess.Popen([sys.executable, "-c", CODE], stdout=subprocess.PIPE)
     try:
         assert proc.stdout is not None and proc.stdout.readline().strip() == b"ready"
