@@ -198,11 +198,13 @@ async def _first_chunk_then_close(s: Served, spec: dict[str, Any]) -> list[psuti
 async def test_client_disconnect_kills_cli(served: Served, spec: dict[str, Any]) -> None:
     mark = marker()
     clis = await _first_chunk_then_close(served, {**spec, "child": mark})
+    # killed, not run out: the chatty CLI would still be writing 20 s later, the silent one
+    # sleeping for 30 (bounds, not timings: a loaded machine may take a few seconds)
     t0 = time.monotonic()
-    await wait_gone(clis, 2, "the CLI after the client went away")
-    await wait_gone(with_marker(mark), 2, "grandchild")
-    assert time.monotonic() - t0 < 2
-    await wait_until(lambda: served.gateway.supervisor.running == 0, 2, "slot to free")
+    await wait_gone(clis, 10, "the CLI after the client went away")
+    await wait_gone(with_marker(mark), 10, "grandchild")
+    assert time.monotonic() - t0 < 10
+    await wait_until(lambda: served.gateway.supervisor.running == 0, 10, "slot to free")
 
 
 async def test_sdk_stream_close_kills_cli(served: Served) -> None:
