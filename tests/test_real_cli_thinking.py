@@ -33,6 +33,7 @@ import pytest
 
 from cli_proxy.call import Call, LineSink
 from cli_proxy.config import Settings
+from cli_proxy.doctor import pinned_clis
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.plan import Plan
 
@@ -169,7 +170,12 @@ async def test_cli_output_while_the_model_thinks(
         "stdout_lines": printed,
     }
     OUT.mkdir(parents=True, exist_ok=True)
-    (OUT / f"thinking-{name}.json").write_text(json.dumps(capture, indent=1) + "\n")
+    # the committed capture is the pinned CLIs'; other versions (CLIS=latest) get their own
+    # file beside it instead of overwriting it
+    pins = pinned_clis()
+    pinned = "_".join(f"{n}-{pins[n].version}" for n in ("claude", "gemini", "codex"))
+    suffix = "" if capture["versions"] == pinned else f"-{capture['versions']}"
+    (OUT / f"thinking-{name}{suffix}.json").write_text(json.dumps(capture, indent=1) + "\n")
     # silence, not length, ends a call: printed thoughts, or unprinted bytes arriving
     assert not isinstance(outcome, Exception), capture
     assert outcome.choices[0].message.content == "Done thinking."
