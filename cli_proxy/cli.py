@@ -233,8 +233,8 @@ async def drain(gateway: Gateway, force: asyncio.Event, timeout_s: float) -> Non
     gateway.supervisor.drain()  # queued calls: 503 at once
     log.info("draining", running=gateway.supervisor.running, timeout_s=timeout_s)
     deadline = asyncio.get_running_loop().time() + timeout_s
-    # admitted, not running: a call whose CLI is still starting holds a slot and must finish
-    while gateway.supervisor.admitted + gateway.supervisor.waiting and not force.is_set():
+    # running counts every slot held, a call whose CLI is still starting too: it must finish
+    while gateway.supervisor.running + gateway.supervisor.waiting and not force.is_set():
         left = deadline - asyncio.get_running_loop().time()
         if left <= 0:
             break

@@ -55,8 +55,8 @@ class Gauges:
     waiting: Callable[[], int]
     max_concurrency: Callable[[], int]
     spares: Callable[[], dict[str, int]]  # ready spares by backend
-    processes: Callable[[], int] = lambda: 0  # CLI processes alive: calls' and spares
-    starting: Callable[[], int] = lambda: 0  # start slots held
+    processes: Callable[[], int]  # CLI processes alive: calls' and spares
+    starting: Callable[[], int]  # start slots held
 
 
 class Metrics:

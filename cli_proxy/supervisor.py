@@ -131,18 +131,13 @@ class Supervisor:
 
     @property
     def running(self) -> int:
-        """Calls holding a slot."""
+        """Calls holding a slot, their CLI started or not (what a drain waits for)."""
         return sum(self._calls.values())
 
     @property
     def waiting(self) -> int:
         """Calls queued for a slot, and calls waiting for their login's refresh."""
         return len(self._queue) + self._login_waiting
-
-    @property
-    def admitted(self) -> int:
-        """Calls holding a slot, their CLI started or not: what a drain waits for."""
-        return self.running
 
     @property
     def starting(self) -> int:
@@ -228,7 +223,7 @@ class Supervisor:
         budget = budget or self.limits.budget(stream=False)
         started = time.monotonic()
         if self._queue or not self._can_admit(backend):
-            if len(self._queue) >= self.max_queue:
+            if self.waiting >= self.max_queue:  # login waiters count (``queued``)
                 raise self._busy("all CLI slots are busy and the wait queue is full")
             waiter = _Waiter(backend, asyncio.get_running_loop().create_future(), started)
             self._queue.append(waiter)
@@ -290,7 +285,7 @@ class Supervisor:
     def _busy(self, message: str) -> SlotsBusy:
         return SlotsBusy(
             f"{message} ({self.running} running of {self.bounds.max_processes}, "
-            f"{len(self._queue)} queued); retry later",
+            f"{self.waiting} queued); retry later",
             self.retry_after_s,
         )
 

@@ -388,3 +388,17 @@ def test_claude_401_for_an_expired_oauth_token_is_login_expired() -> None:
     failures = [e for e in parser.feed(json.dumps(line).encode()) if isinstance(e, Failure)]
     assert [f.kind for f in failures] == [FailureKind.LOGIN_EXPIRED]
     assert "/login" in failures[0].message
+
+
+async def test_calls_waiting_for_a_login_count_against_the_queue_bound() -> None:
+    """The queue bound counts calls waiting for their login's refresh as well as calls
+    queued for a slot: with the one slot busy and the one queue place taken by a login
+    waiter, the next call is refused at once (429), not queued past the bound."""
+    supervisor = Supervisor(Bounds(max_processes=1, max_starting=1), max_queue=1)
+    async with supervisor.admit("claude"):
+        with supervisor.queued():
+            assert supervisor.waiting == 1
+            with pytest.raises(SlotsBusy):
+                async with supervisor.admit("claude"):
+                    pass
+    assert supervisor.waiting == 0 and supervisor.running == 0
