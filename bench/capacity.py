@@ -45,10 +45,9 @@ from aiohttp import web  # noqa: E402
 from openai import AsyncOpenAI  # noqa: E402
 
 from bench.cache import cli_dir, point_clis_at  # noqa: E402
+from bench.contained import contained_run  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
-from cli_proxy.containment import reaped, spawn  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
-from cli_proxy.process import kill_tree  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 from cli_proxy.server import create_app  # noqa: E402
 from tests.fake_model_api import start_fake_model_api  # noqa: E402
@@ -229,20 +228,8 @@ async def direct(gw: Gateway, text: str) -> None:
     req = ChatCompletionRequest.model_validate(
         {"model": MODELS["claude"], "messages": [{"role": "user", "content": text}]}
     )
-    plan = gw.plan(req)
-    proc, prepared = await spawn(plan.launch, gw.launcher, gw.supervisor.limits.line_limit)
-    try:
-        assert proc.stdin is not None and proc.stdout is not None
-        proc.stdin.write(plan.call.stdin)
-        await proc.stdin.drain()
-        proc.stdin.close()
-        out = await proc.stdout.read()
-        await proc.wait()
-        assert b'"result"' in out, out[-500:]
-    finally:
-        await kill_tree(proc, 1.0)
-        prepared.cleanup()
-        await reaped(proc.pid)
+    out = await contained_run(gw, gw.plan(req))
+    assert b'"result"' in out, out[-500:]
 
 
 async def small(name: str, binary: str, delay: float, c: int = 16) -> dict[str, Any]:

@@ -33,10 +33,10 @@ import psutil
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from bench.contained import contained_run  # noqa: E402
 from cli_proxy.answer import AnswerParser, parse_answer  # noqa: E402
 from cli_proxy.backends.claude import ClaudeParser  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
-from cli_proxy.containment import reaped, spawn  # noqa: E402
 from cli_proxy.events import CliText  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
 from cli_proxy.prompt import build_prompt  # noqa: E402
@@ -151,13 +151,7 @@ class Contained:
         return self.gateway.launcher.describe()
 
     async def call(self) -> None:
-        launch = self.plan.launch
-        proc, prepared = await spawn(launch, self.gateway.launcher, 1 << 20)
-        try:
-            out, _ = await proc.communicate(self.plan.call.stdin)
-        finally:
-            await reaped(proc.pid)
-            prepared.cleanup()
+        out = await contained_run(self.gateway, self.plan)
         assert b'"result"' in out, out[:300]
 
 
