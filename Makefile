@@ -42,13 +42,13 @@ run: $(STAMP)
 	@$(VENV)/bin/cli-proxy doctor $(ARGS) || true
 	$(VENV)/bin/cli-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
 
-# The real CLIs (~15 s from npm) let tests/test_real_cli.py drive the real binaries against a
+# The real CLIs (~15 s from npm) let tests/realcli/test_real_cli.py drive the real binaries against a
 # fake model API on loopback; without npm or the registry those tests skip, the rest still run.
 test: $(STAMP)
 	@$(MAKE) --no-print-directory sandbox || echo "note: bubblewrap not installed; bwrap tests will skip (the gateway falls back to the pdeathsig launcher)"
 	@$(MAKE) --no-print-directory real-clis || echo "note: real CLIs not installed; realcli tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
-	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/test_deploy.py) will skip"
+	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/commands/test_deploy.py) will skip"
 	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -71,7 +71,7 @@ bench: $(STAMP)
 
 real-clis: $(CLI_DIR)/node_modules/.bin/claude
 
-# A real Prometheus server scrapes the gateway in tests/test_prometheus_scrape.py (Debian
+# A real Prometheus server scrapes the gateway in tests/server/test_prometheus_scrape.py (Debian
 # package; installed when missing and we may: root + apt-get).
 prometheus:
 	@command -v prometheus >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
@@ -88,7 +88,7 @@ sandbox:
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq bubblewrap >/dev/null 2>&1; }; }; }
 	@command -v bwrap >/dev/null
 
-# HAProxy (Debian package) for tests/test_deploy.py: replicas behind a real load balancer
+# HAProxy (Debian package) for tests/commands/test_deploy.py: replicas behind a real load balancer
 # with docs/deploy/haproxy.cfg. Installed when missing and we may (root + apt-get).
 HAPROXY_PATH := $(PATH):/usr/sbin:/sbin
 balancer:

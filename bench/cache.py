@@ -2,7 +2,7 @@
 """Prompt-cache bench: a 20-step agent tool loop through the gateway with the REAL CLIs.
 
 openai SDK -> gateway (this process, loopback) -> real claude / gemini -> the fake model API
-(tests/fake_model_api.py, loopback), which for claude simulates Anthropic prompt caching by
+(tests/fakes/fake_model_api.py, loopback), which for claude simulates Anthropic prompt caching by
 its documented rules (``PromptCache``: a request reads the longest prefix a previous request
 wrote at a breakpoint, ending at one of its block boundaries within 20 blocks before one of
 its own breakpoints). The loop: an 8 kB system prompt, 40 tools, every step one tool call
@@ -42,8 +42,8 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from cli_proxy.config import Settings  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
-from cli_proxy.server import create_app  # noqa: E402
-from tests.fake_model_api import FakeModelAPI, start_fake_model_api  # noqa: E402
+from cli_proxy.server.app import create_app  # noqa: E402
+from tests.fakes.fake_model_api import FakeModelAPI, start_fake_model_api  # noqa: E402
 
 SYSTEM = (
     "You are the planning agent of a desktop automation system. "

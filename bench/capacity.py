@@ -49,8 +49,8 @@ from bench.contained import contained_run  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from cli_proxy.server import create_app  # noqa: E402
-from tests.fake_model_api import start_fake_model_api  # noqa: E402
+from cli_proxy.server.app import create_app  # noqa: E402
+from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
 FAKE_SLOW = f"{sys.executable} -I -S {ROOT / 'bench' / 'fake_slow_cli.py'}"
 MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}

@@ -9,10 +9,10 @@ HTTP, admission, warm pool or delivery.
 
 from __future__ import annotations
 
-from cli_proxy.containment import reaped, spawn
 from cli_proxy.gateway import Gateway
-from cli_proxy.plan import Plan
-from cli_proxy.process import kill_tree, sweep_group
+from cli_proxy.plan.spec import Plan
+from cli_proxy.run.containment import reaped, spawn
+from cli_proxy.run.process import kill_tree, sweep_group
 
 
 async def contained_run(gw: Gateway, plan: Plan) -> bytes:

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """Memory bench: the gateway's RSS while it serves four large answers at once.
 
-``cli-proxy serve`` runs as its own process with the fake claude CLI (tests/fake_cli.py,
+``cli-proxy serve`` runs as its own process with the fake claude CLI (tests/fakes/fake_cli.py,
 which prints each answer three times over: as deltas, as the assistant message and as the
 result, like the real CLI). Four concurrent non-streaming calls ask for answers of SIZE
 bytes; psutil samples the gateway's RSS every 10 ms. Reported: RSS when idle, the peak, and
@@ -27,7 +27,7 @@ import psutil
 from openai import APIStatusError, AsyncOpenAI
 
 ROOT = Path(__file__).resolve().parent.parent
-FAKE_CLI = ROOT / "tests" / "fake_cli.py"
+FAKE_CLI = ROOT / "tests" / "fakes" / "fake_cli.py"
 MIB = 1024 * 1024
 
 

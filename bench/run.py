@@ -34,13 +34,13 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.contained import contained_run  # noqa: E402
-from cli_proxy.answer import AnswerParser, parse_answer  # noqa: E402
 from cli_proxy.backends.claude import ClaudeParser  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
-from cli_proxy.events import CliText  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
-from cli_proxy.prompt import build_prompt  # noqa: E402
+from cli_proxy.plan.prompt import build_prompt  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
+from cli_proxy.read.events import CliText  # noqa: E402
+from cli_proxy.read.reply import AnswerParser, parse_answer  # noqa: E402
 
 FAKE = ROOT / "bench" / "fake_instant_cli.py"
 # -I -S: no site import, no user site, no PYTHON* env: the fastest a Python process starts

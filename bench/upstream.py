@@ -2,7 +2,7 @@
 """Upstream-bytes bench: what the model API receives for a trivial call, per backend and mode.
 
 openai SDK -> gateway (this process, loopback) -> the REAL claude / gemini / codex -> the fake
-model API (tests/fake_model_api.py, loopback). One "say hi" call (no system message, no tools)
+model API (tests/fakes/fake_model_api.py, loopback). One "say hi" call (no system message, no tools)
 per backend and per value of its ``system_prompt`` option (``cli``: the CLI's own agent
 prompt; ``minimal``: the gateway's short neutral one); each call runs in a fresh gateway with
 the warm pool off, so every figure is one cold process's one request.
@@ -40,7 +40,7 @@ from cli_proxy.backends.registry import backend_class  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from tests.fake_model_api import FakeModelAPI, start_fake_model_api, text_pieces  # noqa: E402
+from tests.fakes.fake_model_api import FakeModelAPI, start_fake_model_api, text_pieces  # noqa: E402
 
 MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
 PATHS = {"claude": "/v1/messages", "gemini": ":streamGenerateContent", "codex": "/v1/responses"}
@@ -90,7 +90,7 @@ async def one(
         launcher=launcher,
         **{backend: options},
     )
-    from cli_proxy.server import create_app
+    from cli_proxy.server.app import create_app
 
     gateway = Gateway(settings, live_backends(settings))
     runner = web.AppRunner(create_app(gateway), access_log=None)

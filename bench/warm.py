@@ -35,13 +35,13 @@ from openai import AsyncOpenAI  # noqa: E402
 
 from bench.cache import cli_dir, point_clis_at  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
-from cli_proxy.containment import spawn  # noqa: E402
-from cli_proxy.events import CliText  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
-from cli_proxy.process import kill_tree  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from cli_proxy.server import create_app  # noqa: E402
-from tests.fake_model_api import start_fake_model_api  # noqa: E402
+from cli_proxy.read.events import CliText  # noqa: E402
+from cli_proxy.run.containment import spawn  # noqa: E402
+from cli_proxy.run.process import kill_tree  # noqa: E402
+from cli_proxy.server.app import create_app  # noqa: E402
+from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
 MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
 PAUSE = {"claude": 2.0, "gemini": 4.0, "codex": 3.0}  # lets a spare start between calls

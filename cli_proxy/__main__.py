@@ -1,5 +1,5 @@
 import sys
 
-from .cli import main
+from cli_proxy.commands.main import main
 
 sys.exit(main())

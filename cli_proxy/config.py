@@ -15,17 +15,17 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from .backends import names as backend_names
-from .backends.base import BackendOptions
-from .backends.registry import backend_class
-from .limits import (
+from cli_proxy.backends import names as backend_names
+from cli_proxy.backends.base import BackendOptions
+from cli_proxy.backends.registry import backend_class
+from cli_proxy.protocol import ReasoningEffort
+from cli_proxy.run.limits import (
     DEFAULT_IDLE_TIMEOUT_S,
     DEFAULT_QUEUE_TIMEOUT_S,
     DEFAULT_TIMEOUT_S,
     DEFAULT_WRITE_TIMEOUT_S,
     START_WINDOW_S,
 )
-from .protocol import ReasoningEffort
 
 ENV_PREFIX = "CLI_PROXY_"
 

@@ -15,23 +15,30 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from .backends import backend_class, names
-from .backends.base import Backend, LaunchOptions, StreamParser
-from .call import Call, LineSink
-from .config import Settings
-from .containment import Launcher, make_launcher
-from .errors import APIError
-from .images import FetchPolicy, ImageError, ImageLimits, PromptImage, extract, fetch_all
-from .limits import CallBudget
-from .limits import from_settings as limits_from_settings
-from .logins import Login, LoginGate
-from .metrics import Gauges, Metrics
-from .plan import CallInput, LaunchSpec, Plan, ResponseIds
-from .pool import PoolSettings, WarmPool
-from .prompt import Prompt, PromptOptions, render, tools_active
-from .protocol import ChatCompletionRequest, NamedToolChoice
-from .routing import Route, listed_models, route
-from .supervisor import Supervisor
+from cli_proxy.backends import backend_class, names
+from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser
+from cli_proxy.config import Settings
+from cli_proxy.plan.images import (
+    FetchPolicy,
+    ImageError,
+    ImageLimits,
+    PromptImage,
+    extract,
+    fetch_all,
+)
+from cli_proxy.plan.prompt import Prompt, PromptOptions, render, tools_active
+from cli_proxy.plan.routing import Route, listed_models, route
+from cli_proxy.plan.spec import CallInput, LaunchSpec, Plan, ResponseIds
+from cli_proxy.protocol import ChatCompletionRequest, NamedToolChoice
+from cli_proxy.run.call import Call, LineSink
+from cli_proxy.run.containment import Launcher, make_launcher
+from cli_proxy.run.limits import CallBudget
+from cli_proxy.run.limits import from_settings as limits_from_settings
+from cli_proxy.run.logins import Login, LoginGate
+from cli_proxy.run.pool import PoolSettings, WarmPool
+from cli_proxy.run.supervisor import Supervisor
+from cli_proxy.server.errors import APIError
+from cli_proxy.server.metrics import Gauges, Metrics
 
 
 @dataclass(frozen=True, slots=True)

@@ -3,7 +3,7 @@
 
     python scripts/record_example.py --cli-dir .cli/<versions>/node_modules/.bin [--mode all]
 
-(``make example-fixtures`` runs this.) It starts ``tests/fake_model_api.py`` on 127.0.0.1,
+(``make example-fixtures`` runs this.) It starts ``tests/fakes/fake_model_api.py`` on 127.0.0.1,
 then runs the example's own ``pytest --cli-proxy-record-mode=MODE`` with an environment of
 only PATH, a temporary HOME and the settings that send the CLI to that fake API: exactly
 what a user of the example does against a real model, minus the subscription. The
@@ -36,7 +36,12 @@ def main(argv: list[str] | None = None) -> int:
         out = Path(tmp) / "fake_api.stdout"
         with out.open("wb") as fh:
             api = subprocess.Popen(
-                [sys.executable, str(ROOT / "tests" / "fake_model_api.py"), "--port", "0"],
+                [
+                    sys.executable,
+                    str(ROOT / "tests" / "fakes" / "fake_model_api.py"),
+                    "--port",
+                    "0",
+                ],
                 stdout=fh,
                 stderr=subprocess.DEVNULL,
                 stdin=subprocess.DEVNULL,

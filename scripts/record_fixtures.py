@@ -7,7 +7,7 @@
 
 1. deletes the old ``*.json`` fixtures in ``--out`` (``--models``: only those of these models'
    backends, which alone are re-recorded);
-2. starts ``tests/fake_model_api.py`` on 127.0.0.1 (a free port): the model API both CLIs
+2. starts ``tests/fakes/fake_model_api.py`` on 127.0.0.1 (a free port): the model API both CLIs
    talk to (codex through its OpenAI Responses endpoint), scripted by an ``@@fake {json}``
    directive in the prompt;
 3. makes a temporary ``HOME`` (with ``~/.gemini/settings.json`` selecting API-key auth);
@@ -57,10 +57,10 @@ from cli_proxy.fixtures import (  # noqa: E402
     normalized_request,
     request_key,
 )
+from cli_proxy.plan.routing import route  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from cli_proxy.routing import route  # noqa: E402
 
-FAKE_API = ROOT / "tests" / "fake_model_api.py"
+FAKE_API = ROOT / "tests" / "fakes" / "fake_model_api.py"
 MODELS = ("claude-sonnet-4-6", "gemini-2.5-flash", "gpt-5.5")
 API_KEY = "test"  # the dummy key the CLIs send to the fake API; must never reach a fixture
 HOME_PLACEHOLDER = "$HOME"

@@ -19,20 +19,20 @@ from cli_proxy.backends import backend_class
 from cli_proxy.backends.base import StreamParser
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
-from cli_proxy.listener import GatewayRunner
-from cli_proxy.prompt import render
+from cli_proxy.plan.prompt import render
 from cli_proxy.protocol import ChatCompletionRequest
-from cli_proxy.server import create_app
+from cli_proxy.server.app import create_app
+from cli_proxy.server.listener import GatewayRunner
 
 pytest_plugins = ["pytester"]
 
 HERE = Path(__file__).resolve().parent
-FAKE_CLI = HERE / "fake_cli.py"
+FAKE_CLI = HERE / "fakes" / "fake_cli.py"
 CODEX_FAKE_CLI = HERE / "data" / "real-cli" / "codex-fake-cli.py"  # codex's real --json format
 
 
 def fake(**spec: Any) -> str:
-    """A user message that scripts the fake CLI (see tests/fake_cli.py)."""
+    """A user message that scripts the fake CLI (see tests/fakes/fake_cli.py)."""
     return "@@fake " + json.dumps(spec)
 
 
@@ -46,7 +46,7 @@ def fake_settings(**overrides: Any) -> Settings:
         "kill_grace_s": 1,
         "max_concurrency": 8,
         "max_queue": 32,
-        "warm_pool": False,  # tests/test_pool.py turns it on; elsewhere pids stay predictable
+        "warm_pool": False,  # tests/run/test_pool.py turns it on; elsewhere pids stay predictable
     }
     values.update(overrides)
     return Settings(**values)

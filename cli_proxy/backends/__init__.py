@@ -1,6 +1,6 @@
 """CLI backends. Each is one module; registering it here is the only other line it needs."""
 
-from .base import (
+from cli_proxy.backends.base import (
     Backend,
     BackendOptions,
     LaunchOptions,
@@ -9,9 +9,9 @@ from .base import (
     names,
     register,
 )
-from .claude import ClaudeBackend
-from .codex import CodexBackend
-from .gemini import GeminiBackend
+from cli_proxy.backends.claude import ClaudeBackend
+from cli_proxy.backends.codex import CodexBackend
+from cli_proxy.backends.gemini import GeminiBackend
 
 register(ClaudeBackend)
 register(GeminiBackend)

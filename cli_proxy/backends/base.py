@@ -19,13 +19,13 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ..events import Failure
-from ..events import StreamParser as StreamParser  # backends subclass it from here
-from ..failures import FailureKind
-from ..logins import Login
-from ..plan import PrivateHome
-from ..prompt import Prompt
-from ..protocol import ChatCompletionRequest
+from cli_proxy.failures import FailureKind
+from cli_proxy.plan.prompt import Prompt
+from cli_proxy.plan.spec import PrivateHome
+from cli_proxy.protocol import ChatCompletionRequest
+from cli_proxy.read.events import Failure
+from cli_proxy.read.events import StreamParser as StreamParser  # backends subclass it from here
+from cli_proxy.run.logins import Login
 
 
 @dataclass(frozen=True, slots=True)

@@ -34,8 +34,8 @@ sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.codex import CodexBackend  # noqa: E402
-from cli_proxy.images import ImageLimits, extract  # noqa: E402
-from cli_proxy.prompt import PromptOptions, render  # noqa: E402
+from cli_proxy.plan.images import ImageLimits, extract  # noqa: E402
+from cli_proxy.plan.prompt import PromptOptions, render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 from tests.fake_model_api import start_fake_model_api  # noqa: E402
 

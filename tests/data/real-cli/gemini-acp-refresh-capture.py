@@ -33,7 +33,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.gemini import GeminiBackend, GeminiOptions  # noqa: E402
-from cli_proxy.prompt import render  # noqa: E402
+from cli_proxy.plan.prompt import render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 from tests.fake_code_assist import FakeCodeAssist  # noqa: E402
 from tests.fake_connect_proxy import ConnectProxy  # noqa: E402

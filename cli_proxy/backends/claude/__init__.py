@@ -1,0 +1,403 @@
+"""Claude Code CLI: ``claude -p --output-format stream-json --verbose``."""
+
+from __future__ import annotations
+
+import json
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar
+
+from pydantic import SecretStr
+
+from cli_proxy.backends.base import (
+    Backend,
+    BackendOptions,
+    LaunchOptions,
+    StreamParser,
+    as_int,
+    classify_failure,
+    empty_answer,
+    exit_failure,
+    kind_for_status,
+    load_json_line,
+)
+from cli_proxy.backends.system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
+from cli_proxy.failures import FailureKind
+from cli_proxy.plan.prompt import Prompt
+from cli_proxy.protocol import ChatCompletionRequest
+from cli_proxy.read.events import (
+    CliEvent,
+    CliText,
+    CliThinking,
+    Failure,
+    RateLimit,
+    Truncated,
+    UsageReport,
+)
+from cli_proxy.run.logins import RELOGIN, Login, claude_login
+
+# OpenAI reasoning levels -> ``claude --effort`` (low, medium, high, xhigh, max). claude has no
+# level without thinking in --effort; "none" and "minimal" take its lowest.
+CLAUDE_EFFORT = {
+    "none": "low",
+    "minimal": "low",
+    "low": "low",
+    "medium": "medium",
+    "high": "high",
+    "xhigh": "xhigh",
+}
+
+SEALED_ENV = {
+    "CLAUDE_CODE_DISABLE_ATTACHMENTS": "1",
+    "CLAUDE_CODE_DISABLE_CLAUDE_MDS": "1",
+    "CLAUDE_CODE_DISABLE_AUTO_MEMORY": "1",
+}
+
+
+class ClaudeOptions(BackendOptions):
+    bin: str = "claude"
+    system_prompt: SystemPrompt = "cli"
+    """``cli`` (default): claude's own agent prompt, which subscription billing reportedly
+    expects (docs/security.md); ``minimal``: the gateway's short neutral one
+    (``CLI_PROXY_CLAUDE__SYSTEM_PROMPT=minimal``), ~12 kB less upstream per call."""
+    oauth_token: SecretStr | None = None
+    """A long-lived claude.ai inference token (``claude setup-token``;
+    ``CLI_PROXY_CLAUDE__OAUTH_TOKEN``), handed to the CLI as ``CLAUDE_CODE_OAUTH_TOKEN``.
+    It is never refreshed and no credential file is read or written: the login for a
+    gateway that runs unattended (docs/configuration.md)."""
+
+
+class ClaudeBackend(Backend):
+    name = "claude"
+    options_model = ClaudeOptions
+    model_prefixes = ("claude-",)
+    aliases = ("sonnet", "opus", "haiku")
+    home_paths = (".claude", ".claude.json", ".config/claude")
+    accepts_images = True  # stream-json image blocks, in place
+    known_models = (
+        "claude-sonnet-4-6",
+        "claude-opus-4-6",
+        "claude-haiku-4-5",
+        "sonnet",
+        "opus",
+        "haiku",
+    )
+    env_allow = (
+        "ANTHROPIC_*",
+        "CLAUDE_CODE_*",
+        "CLAUDE_CONFIG_DIR",
+        "DISABLE_*",
+        "MAX_THINKING_TOKENS",
+        "API_TIMEOUT_MS",
+    )
+    nesting_vars: ClassVar[frozenset[str]] = frozenset(
+        {
+            "CLAUDECODE",
+            "CLAUDE_CODE_ENTRYPOINT",
+            "CLAUDE_CODE_SSE_PORT",
+            "CLAUDE_AGENT_SDK_VERSION",
+            "CLAUDE_CODE_SESSION_ID",
+            "TERM_PROGRAM_VERSION",
+        }
+    )
+
+    def argv(self, launch: LaunchOptions) -> list[str]:
+        argv = [
+            *self.command,
+            "-p",
+            # The prompt arrives as one user message of content blocks (encode_prompt): in
+            # this mode claude never expands @path mentions into file reads (it does in plain
+            # text mode, even with --tools ""), and it waits for input with no time limit.
+            "--input-format",
+            "stream-json",
+            "--output-format",
+            "stream-json",
+            "--verbose",
+            f"--model={launch.model}",  # one word: no model name can be read as an option
+            # The model must never act on the host: no built-in tools, no MCP servers.
+            "--tools",
+            "",
+            "--strict-mcp-config",
+            # No CLAUDE.md from the user's memory or any parent dir, no user/project settings.
+            "--setting-sources",
+            "",
+            # No transcript of the call under ~/.claude/projects.
+            "--no-session-persistence",
+            # cwd, platform and OS out of the system prompt (2.1.197 puts them there), so it
+            # is the same for every call: the provider caches it.
+            "--exclude-dynamic-system-prompt-sections",
+        ]
+        argv += self.system_prompt_args()
+        if launch.effort is not None:
+            argv += ["--effort", CLAUDE_EFFORT[launch.effort]]
+        # Always: token deltas for streaming; the parser skips the whole-message copy, so a
+        # non-streaming call reads the same output. The argv is then the same for both, and
+        # one pre-started process serves either.
+        argv.append("--include-partial-messages")
+        return argv
+
+    def system_prompt_args(self) -> list[str]:
+        """``minimal``: our text replaces the agent prompt (the billing header and a one-line
+        identity stay); ``--system-prompt=`` in one argument, so no text is read as a flag."""
+        mode = getattr(self.options, "system_prompt", "cli")
+        return [f"--system-prompt={MINIMAL_SYSTEM_PROMPT}"] if mode == "minimal" else []
+
+    def env(self, base: Mapping[str, str]) -> dict[str, str]:
+        env = super().env(base)
+        env.setdefault("DISABLE_AUTOUPDATER", "1")
+        env.setdefault("CLAUDE_CODE_DISABLE_NONESSENTIAL_TRAFFIC", "1")
+        # One retry layer: the client's. The CLI's default is 10 retries over ~3 minutes of
+        # silence, and each SDK attempt would start them again (one create() with default
+        # SDK retries sent 9 upstream requests); the gateway answers 429/5xx with their real
+        # status and Retry-After, and the SDK retries at most twice: 3 upstream attempts.
+        env.setdefault("CLAUDE_CODE_MAX_RETRIES", "0")
+        # The sealed box (tests/data/real-cli/claude-sealing.md): no @path reads, even in the
+        # last input block, where stream-json input still expands them; no CLAUDE.md of any
+        # kind; no auto memory (13 kB of system prompt naming HOME, and a memory dir per call).
+        env.update(SEALED_ENV)
+        token = self.options.oauth_token if isinstance(self.options, ClaudeOptions) else None
+        if token is not None:
+            env["CLAUDE_CODE_OAUTH_TOKEN"] = token.get_secret_value()
+        return env
+
+    def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
+        return claude_login(user_home, env)
+
+    def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
+        """One stream-json user message whose content blocks are the prompt's blocks (a block
+        with images: its text and image blocks in order, each image right after its tag), with a
+        cache breakpoint on the last turn: the CLI puts its own on the last block (the
+        history's close, which the next call does not repeat), so without ours the next call
+        of the conversation could never read this one's prefix from the cache. The CLI sets
+        two more on its system prompt: four in all, the API's maximum."""
+        blocks: list[dict[str, Any]] = []
+        for i in range(len(prompt.blocks)):
+            for piece in prompt.pieces(i):
+                blocks.append(
+                    {"type": "text", "text": piece}
+                    if isinstance(piece, str)
+                    else {
+                        "type": "image",
+                        "source": {
+                            "type": "base64",
+                            "media_type": piece.media_type,
+                            "data": piece.base64,
+                        },
+                    }
+                )
+            if i == prompt.cache_block:  # on the turn's last piece: the whole turn is cached
+                blocks[-1]["cache_control"] = {"type": "ephemeral"}
+        message = {"type": "user", "message": {"role": "user", "content": blocks}}
+        line = json.dumps(message, ensure_ascii=False).translate(_LINE_BREAKS_ESCAPED)
+        return line.encode("utf-8") + b"\n"
+
+    def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> ClaudeParser:
+        return ClaudeParser()
+
+    @classmethod
+    def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
+        """The init line (one of the first) names the version."""
+        for line in stdout_lines[:3]:
+            try:
+                obj = json.loads(line)
+            except ValueError:
+                continue
+            if isinstance(obj, dict) and isinstance(obj.get("claude_code_version"), str):
+                return str(obj["claude_code_version"])
+        return None
+
+
+_RATE_EVENT = b'"rate_limit_event"'
+_RATE_EVENT_START = b'{"type":"rate_limit_event"'
+
+# JSON allows these raw in a string, but a reader that splits its input on Unicode line
+# breaks (Python's str.splitlines) would cut the one stdin line in two: escaped, they are
+# the same text for any JSON reader.
+_LINE_BREAKS_ESCAPED = str.maketrans({"\x85": "\\u0085", "\u2028": "\\u2028", "\u2029": "\\u2029"})
+
+
+class ClaudeParser(StreamParser):
+    """Reads system/assistant/stream_event/result lines.
+
+    With ``--include-partial-messages`` the text arrives twice: as token deltas in
+    ``stream_event`` lines and again whole in the ``assistant`` message that
+    follows; the whole copy is skipped when deltas were seen for it.
+    """
+
+    def __init__(self) -> None:
+        self._streamed: list[str] = []  # text sent as deltas since the last whole message
+        self.done = False
+        self._text_seen = False
+        self._failed = False
+        self._error_kind = ""  # the synthetic assistant message's "error" field
+        self._thought_streamed = False  # thinking deltas seen since the last whole message
+        self._rate: RateLimit | None = None  # the latest rate_limit_event
+
+    def feed(self, line: bytes) -> list[CliEvent]:
+        obj = load_json_line(line)
+        if obj is None:
+            return self._interleaved(line) if _RATE_EVENT in line else []
+        kind = obj.get("type")
+        if kind == "rate_limit_event":
+            return self._rate_limit(obj)
+        if kind == "stream_event":
+            return self._stream_event(obj.get("event"))
+        if kind == "assistant":
+            return self._assistant(obj)
+        if kind == "result":
+            return self._result(obj)
+        return []
+
+    def _interleaved(self, line: bytes) -> list[CliEvent]:
+        """A ``rate_limit_event`` written into the middle of another line (seen:
+        anthropics/claude-code#49640): both objects are read."""
+        at = line.find(_RATE_EVENT_START)
+        if at < 0:
+            return []
+        text = line[at:].decode("utf-8", "replace")
+        try:
+            obj, end = json.JSONDecoder().raw_decode(text)
+        except (ValueError, RecursionError):
+            return []
+        rest = line[:at] + text[end:].encode("utf-8")
+        events = self._rate_limit(obj) if isinstance(obj, dict) else []
+        return events + (self.feed(rest) if rest.strip() else [])
+
+    def _rate_limit(self, obj: dict[str, Any]) -> list[CliEvent]:
+        info = obj.get("rate_limit_info")
+        if not isinstance(info, dict) or not isinstance(info.get("status"), str):
+            return []
+        utilization = info.get("utilization")
+        resets = info.get("resetsAt")
+        event = RateLimit(
+            window=str(info.get("rateLimitType") or "unknown"),
+            status=info["status"],
+            utilization=float(utilization) if isinstance(utilization, int | float) else None,
+            resets_at=float(resets) if isinstance(resets, int | float) else None,
+        )
+        self._rate = event
+        return [event]
+
+    def _stream_event(self, event: Any) -> list[CliEvent]:
+        if not isinstance(event, dict) or event.get("type") != "content_block_delta":
+            return []
+        delta = event.get("delta")
+        if isinstance(delta, dict) and delta.get("type") == "thinking_delta":
+            thought = delta.get("thinking")
+            if isinstance(thought, str) and thought:
+                self._thought_streamed = True
+                return [CliThinking(thought)]
+            return []
+        if isinstance(delta, dict) and delta.get("type") == "text_delta":
+            text = delta.get("text")
+            if isinstance(text, str) and text:
+                self._streamed.append(text)
+                self._text_seen = True
+                return [CliText(text)]
+        return []
+
+    def _assistant(self, obj: dict[str, Any]) -> list[CliEvent]:
+        message = obj.get("message")
+        streamed, self._streamed = "".join(self._streamed), []
+        if obj.get("error") or not isinstance(message, dict):
+            # API errors arrive as a synthetic assistant message; the result line that
+            # follows carries is_error and the same text, which becomes the failure.
+            self._error_kind = str(obj.get("error") or "")
+            return []
+        blocks = message.get("content")
+        events: list[CliEvent] = []
+        if not self._thought_streamed:  # thinking not seen as deltas: the whole blocks
+            thought = "".join(
+                block["thinking"]
+                for block in (blocks if isinstance(blocks, list) else [])
+                if isinstance(block, dict)
+                and block.get("type") == "thinking"
+                and isinstance(block.get("thinking"), str)
+            )
+            if thought:
+                events.append(CliThinking(thought))
+        self._thought_streamed = False
+        text = "".join(
+            block["text"]
+            for block in (blocks if isinstance(blocks, list) else [])
+            if isinstance(block, dict)
+            and block.get("type") == "text"
+            and isinstance(block.get("text"), str)
+        )
+        # The whole message repeats what the deltas carried. After a mid-stream API error
+        # the CLI re-asks without streaming: only text beyond what was streamed is new.
+        if streamed:
+            text = text[len(streamed) :] if text.startswith(streamed) else ""
+        if text:
+            self._text_seen = True
+            events.append(CliText(text))
+        return events
+
+    def _result(self, obj: dict[str, Any]) -> list[CliEvent]:
+        self.done = True
+        events: list[CliEvent] = []
+        usage = _usage(obj)
+        if usage is not None:
+            events.append(usage)
+        result_text = obj.get("result")
+        if obj.get("is_error") or obj.get("subtype") not in (None, "success"):
+            self._failed = True
+            message = result_text if isinstance(result_text, str) and result_text else ""
+            message = message or str(obj.get("subtype") or "the CLI reported an error")
+            if self._error_kind == "max_output_tokens" and self._text_seen:
+                # the CLI already re-asked the model to continue; keep what it wrote
+                events.append(Truncated(message))
+                return events
+            failure = classify_failure(message, RELOGIN["claude"])
+            status = obj.get("api_error_status")
+            if isinstance(status, int) and 400 <= status < 600:
+                kind = kind_for_status(status, failure.kind)
+                failure = Failure(kind, failure.message, failure.retry_after_s)
+            rate = self._rate
+            if (
+                failure.kind is FailureKind.RATE_LIMITED
+                and failure.retry_after_s is None
+                and rate is not None
+                and rate.resets_at is not None
+            ):  # the subscription's window says when: wait until it resets
+                wait = max(1.0, rate.resets_at - time.time())
+                failure = Failure(failure.kind, message, wait)
+            events.append(failure)
+        elif not self._text_seen and isinstance(result_text, str) and result_text:
+            self._text_seen = True
+            events.insert(0, CliText(result_text))
+        return events
+
+    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
+        if self._failed:
+            return []
+        if exit_code != 0:
+            return [exit_failure(exit_code, stderr, "claude", RELOGIN["claude"])]
+        if not self._text_seen:
+            return [empty_answer("claude")]
+        return []
+
+
+def _usage(obj: dict[str, Any]) -> UsageReport | None:
+    """Token counts from result.usage, else the per-model totals in modelUsage."""
+    usage = obj.get("usage")
+    if isinstance(usage, dict):
+        prompt = sum(
+            as_int(usage.get(k))
+            for k in ("input_tokens", "cache_creation_input_tokens", "cache_read_input_tokens")
+        )
+        completion = as_int(usage.get("output_tokens"))
+        if prompt or completion:
+            return UsageReport(prompt, completion, as_int(usage.get("cache_read_input_tokens")))
+    per_model = obj.get("modelUsage")
+    if isinstance(per_model, dict) and per_model:
+        models = [m for m in per_model.values() if isinstance(m, dict)]
+        prompt = sum(
+            as_int(m.get(k))
+            for m in models
+            for k in ("inputTokens", "cacheReadInputTokens", "cacheCreationInputTokens")
+        )
+        completion = sum(as_int(m.get("outputTokens")) for m in models)
+        cached = sum(as_int(m.get("cacheReadInputTokens")) for m in models)
+        return UsageReport(prompt, completion, cached)
+    return UsageReport(0, 0) if isinstance(usage, dict) else None

@@ -1,0 +1,414 @@
+"""HTTP surface: routes, auth and error middleware, request logging. No domain step lives
+here: ``Gateway.open_call`` plans, ``Call.events`` runs, ``delivery`` writes the answer,
+``errors.api_error`` maps failures."""
+
+from __future__ import annotations
+
+import asyncio
+import hmac
+import json
+import time
+import uuid
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import unquote
+
+import structlog
+from aiohttp import web
+
+from cli_proxy.failures import CallError, FailureKind
+from cli_proxy.gateway import Gateway
+from cli_proxy.logs import log
+from cli_proxy.protocol import ChatCompletionRequest, ModelCard, ModelList, Usage
+from cli_proxy.run.call import Call
+from cli_proxy.server.delivery import (
+    DELIVERED,
+    HEAD_SENT,
+    SLOW,
+    ChatFormat,
+    Format,
+    ResponsesFormat,
+    deliver,
+    json_response,
+)
+from cli_proxy.server.errors import APIError, api_error, validated
+from cli_proxy.server.guard import Guard
+from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
+from cli_proxy.server.metrics import CallRecord
+from cli_proxy.server.openapi import openapi_json
+from cli_proxy.server.wire.responses import ResponsesRequest, to_chat_request
+
+GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
+LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
+STARTED = int(time.time())
+
+Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
+ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses"}
+Logger = structlog.typing.FilteringBoundLogger
+
+
+def error_response(err: APIError) -> web.Response:
+    resp = json_response(err.body(), err.status, err.headers)
+    if err.status == 408:  # the rest of a half-sent body would be read as the next request
+        resp.force_close()
+    return resp
+
+
+@web.middleware
+async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    started = time.monotonic()
+    try:
+        return await handler(request)
+    except (APIError, CallError) as exc:
+        err = exc if isinstance(exc, APIError) else api_error(exc)
+        if not request.get(LOGGED, False):  # run_logged already logged this request
+            endpoint = ENDPOINTS.get(request.path.removeprefix("/v1"))
+            if endpoint is not None:  # an API request refused before any backend ran
+                duration = time.monotonic() - started
+                record = CallRecord(endpoint, "", "", err.status, err.code or "", duration)
+                request.app[GATEWAY].metrics.observe(record)
+            # the message may quote the request (a field's value): debug level only
+            log.info(
+                "request_rejected",
+                method=request.method,
+                path=request.path,
+                status=err.status,
+                code=err.code,
+                param=err.param,
+            )
+            log.debug("request_rejected_detail", message=err.message[:500])
+        return error_response(err)
+    except web.HTTPRequestEntityTooLarge as exc:
+        return error_response(
+            APIError(413, f"request body too large: {exc.text}", code="request_too_large")
+        )
+    except web.HTTPException as exc:
+        if exc.status < 400:
+            raise
+        if exc.status == 404:
+            return await not_found(request)
+        if exc.status == 405:
+            allow = exc.headers.get("Allow", "")
+            return error_response(
+                APIError(
+                    405,
+                    f"{request.method} is not allowed on {request.path} (allowed: {allow})",
+                    code="method_not_allowed",
+                    headers={"Allow": allow},
+                )
+            )
+        return error_response(APIError(exc.status, exc.reason, code=None))
+    except Exception:
+        log.exception("unhandled_error", path=request.path)
+        return error_response(APIError(500, "internal gateway error; see the gateway log"))
+
+
+@web.middleware
+async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
+    keys = request.app[GATEWAY].settings.api_keys
+    if keys and request.path not in HEALTH_PATHS:
+        header = request.headers.get("Authorization", "")
+        scheme, _, token = header.partition(" ")
+        presented = token.strip().encode("utf-8", "surrogateescape")
+        ok = scheme.lower() == "bearer" and any(
+            hmac.compare_digest(presented, k.get_secret_value().encode()) for k in keys
+        )
+        if not ok:
+            raise APIError(
+                401,
+                "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+                code="invalid_api_key",
+            )
+    return await handler(request)
+
+
+async def health(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    return json_response(
+        {
+            "status": "draining" if gw.supervisor.draining else "ok",
+            "running": gw.supervisor.running,
+            "waiting": gw.supervisor.waiting,
+            "max_concurrency": gw.supervisor.max_concurrency,
+            **gw.supervisor.status(),  # bounds in force, processes, the queue
+            "warm": gw.pool.status() if gw.pool is not None else {"enabled": False},
+            "rate_limits": gw.metrics.rate_limit_state(),
+        }
+    )
+
+
+HEALTH_PATHS = frozenset({"/health", "/health/ready"})  # probes carry no API key
+
+
+async def ready(request: web.Request) -> web.Response:
+    """Readiness, for a load balancer's health check: 503 from the moment this replica
+    starts draining (first SIGTERM), so the balancer sends new calls elsewhere while the
+    running ones finish. ``/health`` stays liveness: 200 while the process serves."""
+    gw = request.app[GATEWAY]
+    if gw.supervisor.draining or gw.supervisor.closing:
+        raise APIError(
+            503,
+            "this replica is draining (stopping): send new calls to another one",
+            code="shutting_down",
+        )
+    return json_response({"status": "ready", "running": gw.supervisor.running})
+
+
+def _cards(gw: Gateway) -> list[ModelCard]:
+    return [ModelCard(id=m, created=STARTED, owned_by=owner) for m, owner in gw.source.models()]
+
+
+async def list_models(request: web.Request) -> web.Response:
+    cards = _cards(request.app[GATEWAY])
+    return json_response(ModelList(data=cards).model_dump())
+
+
+async def get_model(request: web.Request) -> web.Response:
+    gw = request.app[GATEWAY]
+    model_id = unquote(request.match_info["model"])
+    for card in _cards(gw):
+        if card.id == model_id:
+            return json_response(card.model_dump())
+    r = gw.source.route(model_id)
+    if r is None:
+        raise APIError(
+            404, f"The model '{model_id}' does not exist", param="model", code="model_not_found"
+        )
+    return json_response(ModelCard(id=model_id, created=STARTED, owned_by=r.backend).model_dump())
+
+
+MAX_JSON_DEPTH = 64  # deeper request bodies (any field, tool schemas included): 400
+
+
+async def read_json(request: web.Request) -> dict[str, Any]:
+    settings = request.app[GATEWAY].settings
+    declared, limit = request.content_length, settings.max_body_bytes
+    if declared is not None and declared > limit:  # refused before a byte of it is awaited
+        raise APIError(
+            413,
+            f"request body too large: {declared} bytes declared, the limit is {limit} "
+            "(max_body_bytes)",
+            code="request_too_large",
+        )
+    timeout_s = settings.body_timeout_s
+    try:
+        async with asyncio.timeout(timeout_s):
+            raw = await request.read()
+    except TimeoutError:
+        raise APIError(
+            408, f"the request body did not arrive within {timeout_s:g} s", code="request_timeout"
+        ) from None
+    too_deep = False
+    data: Any = None
+    try:
+        data = json.loads(raw)
+    except ValueError as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
+    except RecursionError:
+        too_deep = True
+    if too_deep or json_depth(data) > MAX_JSON_DEPTH:
+        raise APIError(
+            400,
+            f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
+            code="nesting_too_deep",
+        )
+    if not isinstance(data, dict):
+        raise APIError(400, "request body must be a JSON object", code="invalid_json")
+    return data
+
+
+def json_depth(value: Any) -> int:
+    """Nesting depth of a decoded JSON value, without recursion."""
+    deepest, stack = 0, [(value, 1)]
+    while stack:
+        item, depth = stack.pop()
+        if isinstance(item, dict | list):
+            deepest = max(deepest, depth)
+            children = item.values() if isinstance(item, dict) else item
+            stack.extend((child, depth + 1) for child in children)
+    return deepest
+
+
+async def parse_request(request: web.Request) -> ChatCompletionRequest:
+    return validated(ChatCompletionRequest, await read_json(request))
+
+
+async def run_logged(
+    request: web.Request,
+    req: ChatCompletionRequest,
+    api: str,
+    fmt: Callable[[Call], Format],
+) -> web.StreamResponse:
+    """Open the call, deliver its answer in ``fmt``; log one line and observe the metrics
+    for it, from one record, whatever happens."""
+    gw = request.app[GATEWAY]
+    started = time.monotonic()
+    budget = gw.supervisor.limits.budget(bool(req.stream), request.headers)  # from arrival
+    call = await gw.open_call(req, budget)  # refused here: the middleware logs and counts it
+    logger = log.bind(
+        request_id=uuid.uuid4().hex[:12],
+        api=api,
+        model=req.model,
+        backend=call.plan.launch.backend,
+        stream=bool(req.stream),
+        tools=len(req.tools or []),
+    )
+    if gw.settings.log_prompts:
+        logger.debug("prompt", prompt=call.plan.call.prompt)
+    status, code = 200, ""
+    try:
+        response = await deliver(request, call, fmt(call), bool(req.stream), gw.settings)
+        if request.get(SLOW, False):
+            status, code = 499, "slow_client"
+        return response
+    except (APIError, CallError) as exc:
+        err = exc if isinstance(exc, APIError) else api_error(exc)
+        status, code = err.status, err.code or ""
+        raise
+    except asyncio.CancelledError:
+        # the client went away: before the end of the answer that is 499 (the CLI was
+        # killed); after it (a client closing once it read [DONE]) the call was complete
+        if not request.get(DELIVERED, False):
+            status, code = 499, "client_closed"
+        raise
+    except Exception:
+        if not request.get(HEAD_SENT, False):  # else the middleware's 500
+            status, code = 500, "internal_error"
+        raise
+    finally:
+        request[LOGGED] = True
+        record = call_record(api, call, status, code, time.monotonic() - started)
+        _log_done(logger, record, call)
+        gw.metrics.observe(record)
+        gw.metrics.rate_limited(record.backend, call.outcome.rate_limits)
+
+
+def call_record(api: str, call: Call, status: int, code: str, duration: float) -> CallRecord:
+    """What the log line and the metrics say of one call."""
+    stats, outcome = call.stats, call.outcome
+    exit_kind = None
+    if stats is not None:
+        if stats.killed not in (None, "lingered"):
+            exit_kind = stats.killed
+        elif stats.exit_code is not None:
+            # killed after its result ("lingered"): ok, unless that result was a failure
+            ok = outcome.failure is None if stats.killed == "lingered" else stats.exit_code == 0
+            exit_kind = "ok" if ok else "error"
+    refused = stats.killed if stats and stats.killed in ANSWER_REFUSALS else None
+    return CallRecord(
+        endpoint=api,
+        backend=call.plan.launch.backend,
+        model=call.plan.request.model,
+        status=status,
+        code=code,
+        duration_s=duration,
+        queue_wait_s=outcome.queue_wait_s,
+        start_s=stats.start_s if stats else None,
+        first_content_s=outcome.first_content_s,
+        warm=stats.warm if stats else None,
+        exit_kind=exit_kind,
+        usage=outcome.usage,
+        billing_refused=outcome.failure is FailureKind.BILLING,
+        answer_refused=refused,
+    )
+
+
+ANSWER_REFUSALS = ("answer_too_large", "oversized_output")
+
+
+async def chat_completions(request: web.Request) -> web.StreamResponse:
+    req = await parse_request(request)
+    reasoning = request.app[GATEWAY].settings.reasoning_output
+    return await run_logged(
+        request, req, "chat", lambda call: ChatFormat(req, call.plan.call.ids, reasoning)
+    )
+
+
+async def responses(request: web.Request) -> web.StreamResponse:
+    rreq = validated(ResponsesRequest, await read_json(request))
+    req = to_chat_request(rreq)
+    return await run_logged(
+        request, req, "responses", lambda call: ResponsesFormat(rreq, req, call.plan.call.ids)
+    )
+
+
+def _ms(seconds: float | None) -> float | None:
+    return None if seconds is None else round(seconds * 1000, 1)
+
+
+def _log_done(logger: Logger, rec: CallRecord, call: Call) -> None:
+    """One structured line per call, with the fields the metrics count."""
+    stats, usage = call.stats, rec.usage or Usage()
+    logger.info(
+        "chat_completion",
+        status=rec.status,
+        code=rec.code or None,
+        finish_reason=call.outcome.finish_reason,
+        pid=stats.pid if stats else None,
+        queue_wait_ms=_ms(rec.queue_wait_s),
+        start_wait_ms=_ms(call.outcome.start_wait_s),
+        client_read_timeout_s=call.budget.client_read_timeout_s,
+        start_ms=_ms(rec.start_s),
+        ttfc_ms=_ms(rec.first_content_s),
+        first_byte_ms=_ms(stats.first_byte_s) if stats else None,
+        duration_ms=_ms(rec.duration_s),
+        exit_code=stats.exit_code if stats else None,
+        exit=rec.exit_kind,
+        killed=stats.killed if stats else None,
+        warm=rec.warm,
+        prompt_tokens=usage.prompt_tokens,
+        cached_tokens=usage.prompt_tokens_details.cached_tokens,
+        completion_tokens=usage.completion_tokens,
+        reasoning_tokens=usage.completion_tokens_details.reasoning_tokens,
+    )
+
+
+async def metrics(request: web.Request) -> web.Response:
+    """Prometheus text exposition (prometheus-client); needs the API key when one is set."""
+    body = request.app[GATEWAY].metrics.scrape()
+    return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
+
+
+async def not_found(request: web.Request) -> web.Response:
+    return error_response(
+        APIError(404, f"no route for {request.method} {request.path}", code="unknown_url")
+    )
+
+
+def create_app(gateway: Gateway) -> web.Application:
+    s = gateway.settings
+    hosts = [*s.allowed_hosts, *([s.host] if s.host not in ("0.0.0.0", "::", "") else [])]
+    guard = Guard(hosts, s.cors_origins)
+    app = web.Application(
+        middlewares=[errors_middleware, guard.middleware(), auth_middleware],
+        client_max_size=s.max_body_bytes,
+    )
+    app.on_response_prepare.append(guard.on_prepare)
+    app[GATEWAY] = gateway
+    app.router.add_get("/health", health)
+    app.router.add_get("/health/ready", ready)
+    app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
+    app.router.add_get("/metrics", metrics)
+    for prefix in ("/v1", ""):
+        app.router.add_post(f"{prefix}/chat/completions", chat_completions)
+        app.router.add_post(f"{prefix}/responses", responses)
+        app.router.add_get(f"{prefix}/models", list_models)
+        app.router.add_get(f"{prefix}/models/{{model:.+}}", get_model)
+
+    async def on_startup(app: web.Application) -> None:
+        gw = app[GATEWAY]
+        warmed = await gw.prewarm()
+        log.info(
+            "warm_pool",
+            enabled=gw.pool is not None,
+            max_total=s.warm_max_total if gw.pool is not None else 0,
+            started_for=warmed,
+            note="a spare starts after the first call of each model" if gw.pool else None,
+        )
+
+    async def on_shutdown(app: web.Application) -> None:
+        await app[GATEWAY].close()
+
+    app.on_startup.append(on_startup)
+    app.on_shutdown.append(on_shutdown)
+    return app

@@ -1,0 +1,257 @@
+"""Prometheus metrics, made with prometheus-client: what a team running the gateway watches.
+
+One registry per gateway (tests run many gateways in one process). Calls are observed
+once, at the end of each request, from the same record the request log line is written
+from (``CallRecord``), so metrics and logs agree. State that is read, not counted (running
+calls, queue, spares, the subscriptions' rate-limit windows), is collected at scrape time
+from the gateway's own objects: a scrape costs a few dict reads.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
+from prometheus_client.core import GaugeMetricFamily, Metric
+from prometheus_client.registry import Collector
+
+from cli_proxy.protocol import Usage
+from cli_proxy.read.events import RateLimit
+
+CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
+LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600, 1800)
+START_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
+MAX_MODELS = 50
+STATUS_LEVEL = {"allowed": 1.0, "allowed_warning": 0.5, "rejected": 0.0}
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One request as the log line and the metrics see it."""
+
+    endpoint: str  # chat, responses
+    backend: str  # "" when the request was refused before it reached a backend
+    model: str
+    status: int
+    code: str  # the error code, "" for a success
+    duration_s: float
+    queue_wait_s: float | None = None
+    start_s: float | None = None  # spawn or warm hand-over
+    first_content_s: float | None = None
+    warm: bool | None = None
+    exit_kind: str | None = None  # ok, error, or why the gateway killed it
+    usage: Usage | None = None
+    billing_refused: bool = False
+    answer_refused: str | None = None  # answer_too_large, oversized_output
+
+
+@dataclass(frozen=True, slots=True)
+class Gauges:
+    """What the gateway reports at scrape time (callables into its live objects)."""
+
+    running: Callable[[], int]
+    waiting: Callable[[], int]
+    max_concurrency: Callable[[], int]
+    spares: Callable[[], dict[str, int]]  # ready spares by backend
+    processes: Callable[[], int]  # CLI processes alive: calls' and spares
+    starting: Callable[[], int]  # start slots held
+
+
+class Metrics:
+    """The gateway's metric families; ``observe`` one call, ``scrape`` the text format."""
+
+    def __init__(self, gauges: Gauges) -> None:
+        self.registry = CollectorRegistry()
+        self.rate_limits: dict[str, dict[str, RateLimit]] = {}  # backend -> window -> latest
+        self.rate_limits_seen: dict[str, float] = {}  # backend -> when last reported
+        self._models: set[str] = set()
+        r = self.registry
+        call = ("backend", "model")
+        self.requests = Counter(
+            "cli_proxy_requests",
+            "API requests by endpoint, backend, model and outcome (HTTP status, error code)",
+            ("endpoint", *call, "status", "code"),
+            registry=r,
+        )
+        # histograms by backend, not model: 16 series each per label set keep a scrape cheap
+        self.duration = Histogram(
+            "cli_proxy_request_duration_seconds",
+            "Whole request, queue wait included",
+            ("endpoint", "backend"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.queue_wait = Histogram(
+            "cli_proxy_queue_wait_seconds",
+            "Time a call waited for a CLI slot",
+            ("backend",),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.start = Histogram(
+            "cli_proxy_cli_start_seconds",
+            "Spawning the CLI (cold) or taking over a pre-started spare (warm)",
+            ("backend", "start"),
+            buckets=START_BUCKETS,
+            registry=r,
+        )
+        self.ttfc = Histogram(
+            "cli_proxy_time_to_first_content_seconds",
+            "From a call's start (queue wait included) to its first answer event",
+            ("backend", "start"),
+            buckets=LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.tokens = Counter(
+            "cli_proxy_tokens",
+            "Tokens as the CLIs report them; kind: input (cached included), output "
+            "(reasoning included), cached, reasoning",
+            (*call, "kind"),
+            registry=r,
+        )
+        self.served = Counter(
+            "cli_proxy_calls_served",
+            "Calls that reached a CLI process, by how it started (warm: a pre-started spare)",
+            ("backend", "start"),
+            registry=r,
+        )
+        self.exits = Counter(
+            "cli_proxy_cli_exits",
+            "CLI processes ended, by kind: ok, error (non-zero exit), or why the gateway "
+            "killed it (timeout, idle_timeout, cancelled, lingered, shutdown, ...)",
+            ("backend", "kind"),
+            registry=r,
+        )
+        self.answers_refused = Counter(
+            "cli_proxy_answers_refused",
+            "Answers refused by size (max_answer_bytes, or an oversized output line)",
+            ("backend", "reason"),
+            registry=r,
+        )
+        self.billing = Counter(
+            "cli_proxy_billing_refusals",
+            "Calls a subscription refused as billed outside the plan (extra usage)",
+            ("backend",),
+            registry=r,
+        )
+        r.register(_StateCollector(gauges, self))
+
+    def model_label(self, model: str) -> str:
+        """A request's model name as a label: the first ``MAX_MODELS`` names seen, then
+        ``other`` (a client picks the name: labels must stay bounded)."""
+        if model in self._models or len(self._models) < MAX_MODELS:
+            self._models.add(model)
+            return model
+        return "other"
+
+    def observe(self, rec: CallRecord) -> None:
+        model = self.model_label(rec.model)
+        self.requests.labels(rec.endpoint, rec.backend, model, str(rec.status), rec.code).inc()
+        self.duration.labels(rec.endpoint, rec.backend).observe(rec.duration_s)
+        if rec.warm is None:
+            return  # no process was started for it
+        start = "warm" if rec.warm else "cold"
+        self.served.labels(rec.backend, start).inc()
+        if rec.queue_wait_s is not None:
+            self.queue_wait.labels(rec.backend).observe(rec.queue_wait_s)
+        if rec.start_s is not None:
+            self.start.labels(rec.backend, start).observe(rec.start_s)
+        if rec.first_content_s is not None:
+            self.ttfc.labels(rec.backend, start).observe(rec.first_content_s)
+        if rec.exit_kind is not None:
+            self.exits.labels(rec.backend, rec.exit_kind).inc()
+        if rec.answer_refused is not None:
+            self.answers_refused.labels(rec.backend, rec.answer_refused).inc()
+        if rec.billing_refused:
+            self.billing.labels(rec.backend).inc()
+        u = rec.usage
+        if u is not None:
+            for kind, n in (
+                ("input", u.prompt_tokens),
+                ("output", u.completion_tokens),
+                ("cached", u.prompt_tokens_details.cached_tokens),
+                ("reasoning", u.completion_tokens_details.reasoning_tokens),
+            ):
+                if n:
+                    self.tokens.labels(rec.backend, model, kind).inc(n)
+
+    def rate_limited(self, backend: str, reports: list[RateLimit]) -> None:
+        """The latest rate-limit state a CLI reported, per window."""
+        if reports:
+            windows = self.rate_limits.setdefault(backend, {})
+            for report in reports:
+                windows[report.window] = report
+            self.rate_limits_seen[backend] = time.time()
+
+    def rate_limit_state(self) -> dict[str, dict[str, dict[str, float | str | None]]]:
+        """For ``/health``: backend -> window -> status, utilization, resets_at."""
+        return {
+            backend: {
+                w: {"status": r.status, "utilization": r.utilization, "resets_at": r.resets_at}
+                for w, r in windows.items()
+            }
+            for backend, windows in self.rate_limits.items()
+        }
+
+    def scrape(self) -> bytes:
+        return generate_latest(self.registry)
+
+
+class _StateCollector(Collector):
+    """Gauges read from the gateway when scraped."""
+
+    def __init__(self, gauges: Gauges, metrics: Metrics) -> None:
+        self.gauges = gauges
+        self.metrics = metrics
+
+    def collect(self) -> Iterator[Metric]:
+        g = self.gauges
+        yield GaugeMetricFamily("cli_proxy_calls_running", "Calls holding a CLI slot", g.running())
+        yield GaugeMetricFamily("cli_proxy_calls_waiting", "Calls queued for a slot", g.waiting())
+        yield GaugeMetricFamily(
+            "cli_proxy_max_concurrency",
+            "The process bound in force: CLI processes alive at once, calls and spares",
+            g.max_concurrency(),
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_cli_processes",
+            "CLI processes alive: running calls and spares",
+            g.processes(),
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_clis_starting", "CLIs starting (start slots held)", g.starting()
+        )
+        spares = GaugeMetricFamily(
+            "cli_proxy_spares_ready", "Pre-started CLI processes waiting", labels=["backend"]
+        )
+        for backend, n in sorted(g.spares().items()):
+            spares.add_metric([backend], n)
+        yield spares
+        status = GaugeMetricFamily(
+            "cli_proxy_rate_limit_status",
+            "A subscription window's status as the CLI last reported it: 1 allowed, "
+            "0.5 allowed_warning, 0 rejected",
+            labels=["backend", "window", "status"],
+        )
+        used = GaugeMetricFamily(
+            "cli_proxy_rate_limit_utilization",
+            "How much of a subscription window is used (0-1), as last reported",
+            labels=["backend", "window"],
+        )
+        resets = GaugeMetricFamily(
+            "cli_proxy_rate_limit_resets_at_seconds",
+            "When a subscription window resets (Unix time), as last reported",
+            labels=["backend", "window"],
+        )
+        for backend, windows in sorted(self.metrics.rate_limits.items()):
+            for window, r in sorted(windows.items()):
+                status.add_metric([backend, window, r.status], STATUS_LEVEL.get(r.status, 0.0))
+                if r.utilization is not None:
+                    used.add_metric([backend, window], r.utilization)
+                if r.resets_at is not None:
+                    resets.add_metric([backend, window], r.resets_at)
+        yield status
+        yield used
+        yield resets

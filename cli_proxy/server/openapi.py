@@ -1,0 +1,389 @@
+"""``GET /openapi.json``: the gateway's own OpenAPI 3.1 description (issue #13).
+
+Generated, not written by hand: every request and JSON response schema comes from the
+pydantic wire models (``protocol.py``, ``responses.py``; plus the models below for the
+answers built as plain dicts: health, the Response object, stream chunks and events),
+collected once with ``models_json_schema(ref_template=...)`` into ``components/schemas``.
+What is written here is only the routing facts pydantic cannot know: which path takes which
+model, and which statuses each path really returns (``errors.py``, ``guard.py``,
+``server.py``). The document is built on the first request and cached;
+``tests/server/test_openapi.py`` validates it and fuzzes the live gateway against it with
+schemathesis.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Literal
+
+from aiohttp import web
+from pydantic import BaseModel, ConfigDict
+from pydantic.json_schema import JsonSchemaMode, models_json_schema
+
+from cli_proxy import __version__
+from cli_proxy.jsonbytes import json_bytes
+from cli_proxy.protocol import (
+    ChatCompletion,
+    ChatCompletionRequest,
+    ErrorBody,
+    ModelCard,
+    ModelList,
+    Usage,
+)
+from cli_proxy.server.wire.responses import ResponsesRequest
+
+REF = "#/components/schemas/{model}"
+SSE = "text/event-stream"
+JSON = "application/json"
+
+
+class HealthStatus(BaseModel):
+    """``GET /health``: liveness and the admission counters (never needs an API key)."""
+
+    status: Literal["ok", "draining"]
+    running: int
+    waiting: int
+    max_concurrency: int
+    bounds: dict[str, Any]
+    """The process bounds in force (docs/configuration.md): max_processes and its source,
+    the memory budget and CLI size it came from, max_starting, per-backend caps."""
+    running_by_backend: dict[str, int]
+    starting: int
+    processes: int
+    """CLI processes alive: calls' and spares, never above bounds.max_processes."""
+    peak_processes: int
+    queue: dict[str, Any]
+    """waiting, max_queue, oldest_wait_s, queue_timeout_s."""
+    warm: dict[str, Any]
+    rate_limits: dict[str, dict[str, dict[str, Any]]]  # backend -> window -> state
+
+
+class ReadyStatus(BaseModel):
+    """``GET /health/ready``: readiness for a load balancer (503 ``shutting_down`` once the
+    replica drains; never needs an API key)."""
+
+    status: Literal["ready"]
+    running: int
+
+
+class ResponseObject(BaseModel):
+    """The Responses API ``Response`` object, as far as the gateway fills it (the keys
+    every client reads; the rest follow OpenAI's reference)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: Literal["completed", "incomplete", "failed", "in_progress"]
+    model: str
+    output: list[dict[str, Any]]
+    output_text: str
+    error: dict[str, Any] | None
+    incomplete_details: dict[str, Any] | None
+    usage: dict[str, Any] | None
+
+
+class ChunkFunction(BaseModel):
+    name: str | None = None
+    arguments: str | None = None
+
+
+class ChunkToolCall(BaseModel):
+    index: int
+    id: str | None = None
+    type: Literal["function"] | None = None
+    function: ChunkFunction
+
+
+class ChunkDelta(BaseModel):
+    role: Literal["assistant"] | None = None
+    content: str | None = None
+    reasoning_content: str | None = None  # only with the setting reasoning_output
+    tool_calls: list[ChunkToolCall] | None = None
+
+
+class ChunkChoice(BaseModel):
+    index: int
+    delta: ChunkDelta
+    logprobs: None
+    finish_reason: Literal["stop", "length", "tool_calls"] | None
+
+
+class ChatCompletionChunk(BaseModel):
+    """One ``data:`` event of a streamed chat completion (``sse.ChunkBuilder``)."""
+
+    id: str
+    object: Literal["chat.completion.chunk"]
+    created: int
+    model: str
+    system_fingerprint: str | None
+    choices: list[ChunkChoice]
+    usage: Usage | None = None  # only with stream_options.include_usage
+
+
+class ResponseStreamEvent(BaseModel):
+    """One event of a streamed response: its ``type`` is also the SSE ``event:`` name."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    sequence_number: int
+
+
+# (model, mode): requests are read in validation mode, answers written in serialization mode
+_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
+    (ChatCompletionRequest, "validation"),
+    (ResponsesRequest, "validation"),
+    (ChatCompletion, "serialization"),
+    (ResponseObject, "serialization"),
+    (ModelList, "serialization"),
+    (ModelCard, "serialization"),
+    (HealthStatus, "serialization"),
+    (ReadyStatus, "serialization"),
+    (ErrorBody, "serialization"),
+    (ChatCompletionChunk, "serialization"),
+    (ResponseStreamEvent, "serialization"),
+]
+
+# what each status means on this gateway (errors.py maps failures to them)
+_STATUS_TEXT: dict[int, str] = {
+    400: "Invalid request: bad JSON, a field that fails validation, nesting deeper than "
+    "64 levels, or a prompt the CLI refused (context length)",
+    401: "Missing or wrong API key (when api_keys is set), or the CLI's own login failed",
+    402: "The CLI's subscription refused the call as billed outside the plan (extra usage); "
+    "not worth retrying (docs/metrics.md)",
+    403: "Host not served here, or a foreign browser Origin",
+    404: "No such model (no enabled backend serves the name) or path",
+    408: "The request body did not arrive within body_timeout_s",
+    413: "The request body is larger than max_body_bytes",
+    415: "A POST whose Content-Type is not application/json",
+    429: "Every CLI slot is busy and the queue is full, or the CLI's provider rate-limited "
+    "the call; Retry-After says when to retry",
+    502: "The CLI failed or its answer was unusable (empty, too large, invalid tool call)",
+    503: "The CLI binary is missing, its provider is overloaded, or the gateway is draining",
+    504: "The CLI ran past the call's cap (timeout_s, or a non-streamed call's "
+    "x-stainless-read-timeout) or printed nothing for idle_timeout_s",
+}
+
+_CALL_ERRORS = (400, 401, 402, 403, 404, 408, 413, 415, 429, 502, 503, 504)
+_GET_ERRORS = (401, 403)
+
+
+def _errors(statuses: tuple[int, ...], error_ref: Any) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for status in statuses:
+        entry: dict[str, Any] = {
+            "description": _STATUS_TEXT[status],
+            "content": {JSON: {"schema": error_ref}},
+        }
+        if status == 429:
+            entry["headers"] = {
+                "Retry-After": {
+                    "description": "Seconds to wait before retrying",
+                    "schema": {"type": "string", "pattern": "^[0-9]+$"},
+                }
+            }
+        out[str(status)] = entry
+    return out
+
+
+def _sse(data: dict[str, Any], event: dict[str, Any] | None = None) -> dict[str, Any]:
+    """A ``text/event-stream`` media type; as OpenAPI 3.1 tools read it, ``schema`` is one
+    event ({event, data, id, retry}), its ``data`` a JSON text described by ``contentSchema``."""
+    props: dict[str, Any] = {"data": data}
+    if event is not None:
+        props["event"] = event
+    return {"schema": {"type": "object", "required": ["data"], "properties": props}}
+
+
+def _json_text(schema: dict[str, Any]) -> dict[str, Any]:
+    return {"type": "string", "contentMediaType": JSON, "contentSchema": schema}
+
+
+def build_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document (uncached; ``document()`` caches it)."""
+    schemas, top = models_json_schema(_MODELS, ref_template=REF)
+    components = top.get("$defs", {})
+    ref = {model: schemas[(model, mode)] for model, mode in _MODELS}
+    error = ref[ErrorBody]
+
+    def call(
+        op: str,
+        summary: str,
+        request: type[BaseModel],
+        answer: type[BaseModel],
+        stream: str,
+        events: dict[str, Any],
+    ) -> Any:
+        return {
+            "post": {
+                "summary": summary,
+                "operationId": op,
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": ref[request]}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "The answer: a JSON object, or with stream=true "
+                        f"a server-sent event stream: {stream}",
+                        "content": {JSON: {"schema": ref[answer]}, SSE: events},
+                    },
+                    **_errors(_CALL_ERRORS, error),
+                },
+            }
+        }
+
+    paths: dict[str, Any] = {
+        "/v1/chat/completions": call(
+            "createChatCompletion",
+            "Create a chat completion (one CLI process per call)",
+            ChatCompletionRequest,
+            ChatCompletion,
+            "'data: {chat.completion.chunk}' events, then 'data: [DONE]'; a failure after "
+            "the first event is a 'data: {\"error\": {...}}' event instead",
+            _sse(
+                {
+                    "anyOf": [
+                        {"const": "[DONE]"},
+                        _json_text({"anyOf": [ref[ChatCompletionChunk], error]}),
+                    ]
+                }
+            ),
+        ),
+        "/v1/responses": call(
+            "createResponse",
+            "Create a model response (Responses API, stateless)",
+            ResponsesRequest,
+            ResponseObject,
+            "typed events ('event: response.created' ... 'event: response.completed'); a "
+            "failure after the first event is 'response.failed' then an 'error' event",
+            _sse(_json_text(ref[ResponseStreamEvent]), {"type": "string"}),
+        ),
+        "/v1/models": {
+            "get": {
+                "summary": "List the models of the enabled backends",
+                "operationId": "listModels",
+                "responses": {
+                    "200": {
+                        "description": "The model list",
+                        "content": {JSON: {"schema": ref[ModelList]}},
+                    },
+                    **_errors(_GET_ERRORS, error),
+                },
+            }
+        },
+        "/v1/models/{model}": {
+            "get": {
+                "summary": "One model: a listed one, or any name a backend would route",
+                "operationId": "retrieveModel",
+                "parameters": [
+                    {
+                        "name": "model",
+                        "in": "path",
+                        "required": True,
+                        "schema": {"type": "string", "minLength": 1},
+                    }
+                ],
+                "responses": {
+                    "200": {
+                        "description": "The model",
+                        "content": {JSON: {"schema": ref[ModelCard]}},
+                    },
+                    **_errors((*_GET_ERRORS, 404), error),
+                },
+            }
+        },
+        "/health": {
+            "get": {
+                "summary": "Liveness and admission counters",
+                "operationId": "health",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "ok, or draining after SIGTERM",
+                        "content": {JSON: {"schema": ref[HealthStatus]}},
+                    },
+                    **_errors((403,), error),
+                },
+            }
+        },
+        "/metrics": {
+            "get": {
+                "summary": "Prometheus metrics (text exposition format; docs/metrics.md)",
+                "operationId": "metrics",
+                "responses": {
+                    "200": {
+                        "description": "The gateway's metric families",
+                        "content": {"text/plain": {"schema": {"type": "string"}}},
+                    },
+                    **_errors(_GET_ERRORS, error),
+                },
+            }
+        },
+        "/health/ready": {
+            "get": {
+                "summary": "Readiness: 503 from the moment the replica starts draining",
+                "operationId": "ready",
+                "security": [],
+                "responses": {
+                    "200": {
+                        "description": "ready: a load balancer may send calls here",
+                        "content": {JSON: {"schema": ref[ReadyStatus]}},
+                    },
+                    **_errors((403, 503), error),
+                },
+            }
+        },
+        "/openapi.json": {
+            "get": {
+                "summary": "This document",
+                "operationId": "openapi",
+                "responses": {
+                    "200": {
+                        "description": "The OpenAPI description of the gateway",
+                        "content": {JSON: {"schema": {"type": "object"}}},
+                    },
+                    **_errors(_GET_ERRORS, error),
+                },
+            }
+        },
+    }
+    return {
+        "openapi": "3.1.0",
+        "info": {
+            "title": "cli-proxy",
+            "version": __version__,
+            "description": "OpenAI-compatible gateway that runs a CLI (claude, gemini, "
+            "codex) as its model. Every path is also served without the /v1 prefix. "
+            'Errors are always {"error": {message, type, param, code}}.',
+        },
+        "paths": paths,
+        "components": {
+            "schemas": components,
+            "securitySchemes": {
+                "bearer": {
+                    "type": "http",
+                    "scheme": "bearer",
+                    "description": "Required only when the gateway has api_keys set",
+                }
+            },
+        },
+        "security": [{"bearer": []}, {}],
+    }
+
+
+@functools.cache
+def document() -> dict[str, Any]:
+    """The document, built once per process."""
+    return build_document()
+
+
+@functools.cache
+def _encoded() -> bytes:
+    return json_bytes(document())
+
+
+async def openapi_json(request: web.Request) -> web.Response:
+    return web.Response(body=_encoded(), content_type=JSON)

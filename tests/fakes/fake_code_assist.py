@@ -1,0 +1,91 @@
+"""A fake Google Code Assist API (what gemini's "Login with Google" talks to) on loopback,
+wrapping tests/fakes/fake_model_api.py: gemini reaches it through ``CODE_ASSIST_ENDPOINT``.
+
+``POST /v1internal:loadCodeAssist`` names a tier and project (no onboarding);
+``:streamGenerateContent`` / ``:generateContent`` pass the wrapped request to the fake model
+API's Gemini endpoint and wrap each answer as ``{"response": ...}``, as Code Assist does.
+A bearer token that ``accept_bearer`` refuses answers 401 (Google's error shape). Anything
+else answers ``{}``.
+"""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import aiohttp
+from aiohttp import web
+
+
+@dataclass
+class FakeCodeAssist:
+    model_api: str  # the fake model API's URL
+    accept_bearer: Callable[[str], bool] = lambda _token: True
+    bearers: list[str] = field(default_factory=list)
+    paths: list[str] = field(default_factory=list)
+    url: str = ""
+    _runner: web.AppRunner | None = None
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        method = request.path.rpartition(":")[2]
+        self.paths.append(request.path)
+        auth = request.headers.get("Authorization", "")
+        token = auth[7:] if auth.lower().startswith("bearer ") else ""
+        self.bearers.append(token)
+        if not self.accept_bearer(token):
+            error = {
+                "code": 401,
+                "message": "Request had invalid authentication credentials.",
+                "status": "UNAUTHENTICATED",
+            }
+            return web.json_response({"error": error}, status=401)
+        body = await request.json() if request.can_read_body else {}
+        if method == "loadCodeAssist":
+            return web.json_response(
+                {
+                    "currentTier": {"id": "standard-tier", "name": "Test"},
+                    "allowedTiers": [{"id": "standard-tier", "isDefault": True}],
+                    "cloudaicompanionProject": "test-project",
+                }
+            )
+        if method not in ("streamGenerateContent", "generateContent"):
+            return web.json_response({})
+        model = str(body.get("model") or "gemini-2.5-flash")
+        url = f"{self.model_api}/v1beta/models/{model}:{method}"
+        stream = method == "streamGenerateContent"
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                url, json=body.get("request") or {}, params={"alt": "sse"} if stream else None
+            ) as upstream,
+        ):
+            if not stream or upstream.status != 200:
+                data = await upstream.json()
+                if upstream.status != 200:
+                    return web.json_response(data, status=upstream.status)
+                return web.json_response({"response": data})
+            out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+            await out.prepare(request)
+            async for raw in upstream.content:
+                line = raw.decode().rstrip("\r\n")
+                if line.startswith("data: "):
+                    wrapped = {"response": json.loads(line[6:]), "traceId": "fake"}
+                    await out.write(f"data: {json.dumps(wrapped)}\r\n\r\n".encode())
+            await out.write_eof()
+            return out
+
+    async def start(self) -> FakeCodeAssist:
+        app = web.Application()
+        app.router.add_route("*", "/{tail:.*}", self._handle)
+        self._runner = web.AppRunner(app, access_log=None)
+        await self._runner.setup()
+        site = web.TCPSite(self._runner, "127.0.0.1", 0)
+        await site.start()
+        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
+        self.url = f"http://127.0.0.1:{port}"
+        return self
+
+    async def close(self) -> None:
+        if self._runner is not None:
+            await self._runner.cleanup()

@@ -1,0 +1,529 @@
+"""The REAL codex binary behind the gateway, against the fake Responses API on loopback.
+
+openai SDK -> gateway (in-process, real HTTP) -> real ``codex app-server`` -> the OpenAI Responses
+endpoint of tests/fakes/fake_model_api.py. Nothing leaves the machine: the gateway's HOME is a
+temp dir, the key is a dummy ``CODEX_API_KEY`` and the backend's ``base_url`` option points
+codex's provider at the fake.
+
+Skipped unless the binary exists: ``$CLI_PROXY_REAL_CLI_DIR/codex`` first, then
+``.cli/*/node_modules/.bin/codex`` (``make real-clis`` installs it from npm, pinned).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+from collections.abc import AsyncIterator
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+from openai.types.chat import ChatCompletionMessageParam
+
+from cli_proxy.backends.codex import BASE_INSTRUCTIONS, sealed_catalog
+from cli_proxy.config import Settings
+from cli_proxy.gateway import Gateway, live_backends
+from tests.conftest import Served, ServeFactory, fake
+from tests.fakes.fake_model_api import FakeModelAPI, responses_texts, start_fake_model_api
+from tests.plan.test_images import JPEG, PNG, data_url, image_part
+from tests.realcli.test_real_cli import real_cli_dir
+from tests.run.test_sealed_processes import LAUNCHERS
+from tests.server.test_chat import TIME, WEATHER
+
+ROOT = Path(__file__).resolve().parents[2]
+MODEL = "gpt-5.5"
+
+
+_DIR = real_cli_dir(("codex",))
+CODEX = (_DIR / "codex") if _DIR is not None else None
+
+pytestmark = [
+    pytest.mark.realcli,
+    pytest.mark.skipif(
+        CODEX is None,
+        reason="real codex binary not found ($CLI_PROXY_REAL_CLI_DIR or "
+        ".cli/*/node_modules/.bin; `make real-clis` installs @openai/codex from npm)",
+    ),
+    pytest.mark.timeout(90),
+]
+
+# Variables that would send codex elsewhere than the fake API or to another login.
+FOREIGN_ENV = ("CODEX_HOME", "OPENAI_API_KEY", "OPENAI_BASE_URL", "HTTPS_PROXY", "HTTP_PROXY")
+FOREIGN_ENV += ("https_proxy", "http_proxy", "RUST_LOG")
+PARIS = {"name": "get_weather", "arguments": {"city": "Paris"}}
+
+
+class Codex:
+    def __init__(self, served: Served, api: FakeModelAPI, home: Path, root: Path) -> None:
+        self.served = served
+        self.client = served.client
+        self.api = api
+        self.home = home
+        self.root = root
+
+    def bodies(self) -> list[dict[str, Any]]:
+        return [r["body"] for r in self.api.requests if r["path"] == "/v1/responses"]
+
+    def only_request(self) -> tuple[dict[str, Any], str]:
+        bodies = self.bodies()
+        assert len(bodies) == 1, [r["path"] for r in self.api.requests]
+        return bodies[0], responses_texts(bodies[0])[1]
+
+
+async def start(
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    launcher: str = "pdeathsig",
+    bin_prefix: str = "",
+    system_prompt: str = "minimal",
+    **settings: Any,
+) -> tuple[Codex, FakeModelAPI]:
+    assert CODEX is not None
+    api = await start_fake_model_api()
+    home = tmp_path / "home"
+    home.mkdir()
+    for name in FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CODEX_API_KEY", "test")
+    root = tmp_path / "root"
+    values: dict[str, Any] = {
+        "backends": ["codex"],
+        "codex": {
+            "bin": f"{bin_prefix} {CODEX}".strip(),
+            "base_url": api.url + "/v1",
+            "system_prompt": system_prompt,
+        },
+        "timeout_s": 60,
+        "idle_timeout_s": 30,
+        "kill_grace_s": 1,
+        "max_concurrency": 4,
+        "launcher": launcher,
+        "work_root": root,
+        "warm_pool": False,
+        **settings,
+    }
+    config = Settings(**values)
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    return Codex(served, api, home, root), api
+
+
+@pytest.fixture
+async def codex(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> AsyncIterator[Codex]:
+    c, api = await start(serve, tmp_path, monkeypatch)
+    try:
+        yield c
+    finally:
+        await api.close()
+
+
+@pytest.fixture(params=["minimal", "cli"])
+def system_prompt(request: pytest.FixtureRequest) -> str:
+    """Both values of the option: codex's own instructions are no door either."""
+    mode: str = request.param
+    return mode
+
+
+@pytest.fixture(params=LAUNCHERS)
+async def sealed(
+    request: pytest.FixtureRequest,
+    system_prompt: str,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Codex]:
+    c, api = await start(
+        serve, tmp_path, monkeypatch, launcher=request.param, system_prompt=system_prompt
+    )
+    try:
+        yield c
+    finally:
+        await api.close()
+
+
+def assert_sealed_request(
+    body: dict[str, Any],
+    functions: tuple[dict[str, Any], ...] = (),
+    system_prompt: str = "minimal",
+) -> None:
+    """No tool of codex's own, in either form: only the client's functions, as plain function
+    tools with their schemas unchanged; beside the conversation only our instructions
+    (``cli``: codex's own for the model, which name AGENTS.md as a concept) and our context."""
+    declared = [
+        {"type": "function", "name": f["name"], "parameters": f["parameters"]}
+        for f in (t["function"] for t in functions)
+    ]
+    tools = [{k: t.get(k) for k in ("type", "name", "parameters")} for t in body.get("tools") or []]
+    assert tools == declared, body.get("tools")
+    items = body["input"]
+    assert not [i for i in items if i.get("type") == "additional_tools"], items
+    assert not [i for i in items if "tool" in str(i.get("type"))], items
+    developer = [i for i in items if i.get("role") == "developer"]
+    first = developer[0]["content"][0]["text"].strip()
+    if system_prompt == "cli":
+        assert "Codex" in first and first != BASE_INSTRUCTIONS.strip()
+    else:
+        assert first == BASE_INSTRUCTIONS.strip()
+        assert "AGENTS.md" not in json.dumps(body)
+    for item in developer[1:]:  # codex repeats its instructions for some models; then ours
+        text = item["content"][0]["text"].strip()
+        assert text == first or text.startswith(("<system_context>", "<rules>", "<instructions>"))
+    sent = json.dumps(body)
+    assert "AGENTS.md instructions for" not in sent and "<INSTRUCTIONS>" not in sent
+    assert "environment_context" not in sent
+
+
+def user(text: str) -> list[ChatCompletionMessageParam]:
+    return [{"role": "user", "content": text}]
+
+
+async def test_text_answer(codex: Codex) -> None:
+    r = await codex.client.chat.completions.create(
+        model=MODEL, messages=user("say hi" + fake(answer="Hello from codex!", cached=5))
+    )
+    assert r.model == MODEL
+    assert r.choices[0].message.content == "Hello from codex!"
+    assert r.choices[0].finish_reason == "stop"
+    assert r.usage is not None and r.usage.prompt_tokens > 0 and r.usage.completion_tokens > 0
+    assert r.usage.prompt_tokens_details is not None
+    assert r.usage.prompt_tokens_details.cached_tokens == 5
+    body, text = codex.only_request()
+    assert body["model"] == MODEL
+    assert_sealed_request(body)
+    assert text.startswith("say hi")  # the user message itself, an item of its own
+
+
+async def test_stream_text_arrives_as_it_is_generated(codex: Codex) -> None:
+    """8 upstream deltas 0.1 s apart reach the SDK as several chunks, the first well before
+    the last (``codex exec`` printed the answer whole at the end)."""
+    answer = "one two three four five six seven eight"
+    stream = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=user("count" + fake(answer=answer, chunks=8, delay=0.1)),
+        stream=True,
+        stream_options={"include_usage": True},
+    )
+    arrivals: list[tuple[float, str]] = []
+    chunks = []
+    async for c in stream:
+        chunks.append(c)
+        if c.choices and c.choices[0].delta.content:
+            arrivals.append((asyncio.get_running_loop().time(), c.choices[0].delta.content))
+    assert "".join(t for _, t in arrivals) == answer
+    assert len(arrivals) >= 4
+    assert arrivals[-1][0] - arrivals[0][0] > 0.3  # upstream spread 0.7 s: not one piece
+    finishes = [c.choices[0].finish_reason for c in chunks if c.choices]
+    assert finishes[-1] == "stop"
+    assert chunks[-1].usage is not None and chunks[-1].usage.completion_tokens > 0
+
+
+async def test_tool_round_trip_with_native_function_calls(codex: Codex) -> None:
+    """The client's function is declared upstream as a plain function tool with its schema
+    and no codex tool; the model's call reaches the SDK as a tool call; the second turn
+    carries the call and its output as items, and the final text comes back."""
+    messages: list[ChatCompletionMessageParam] = user(
+        "Weather in Paris?" + fake(tool_calls=[PARIS])
+    )
+    first = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    choice = first.choices[0]
+    assert choice.finish_reason == "tool_calls"
+    (call,) = choice.message.tool_calls or []
+    assert call.function.name == "get_weather"  # type: ignore[union-attr]
+    assert json.loads(call.function.arguments) == {"city": "Paris"}  # type: ignore[union-attr]
+    messages = [
+        *messages,
+        choice.message.model_dump(exclude_none=True),  # type: ignore[list-item]
+        {
+            "role": "tool",
+            "tool_call_id": call.id,
+            "content": "rain, 11 C" + fake(answer="It rains."),
+        },
+    ]
+    second = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=messages,
+        tools=[WEATHER],  # type: ignore[list-item]
+    )
+    assert second.choices[0].message.content == "It rains."
+    assert second.choices[0].finish_reason == "stop"
+    bodies = codex.bodies()
+    assert len(bodies) == 2  # the interrupt sent nothing more upstream
+    for body in bodies:
+        assert_sealed_request(body, (WEATHER,))
+    items = [i for i in bodies[1]["input"] if i.get("role") != "developer"]
+    assert [i["type"] for i in items] == ["message", "function_call", "function_call_output"]
+    assert items[1]["call_id"] == call.id and items[1]["name"] == "get_weather"
+    assert json.loads(items[1]["arguments"]) == {"city": "Paris"}
+    assert items[2]["call_id"] == call.id and items[2]["output"].startswith("rain, 11 C")
+
+
+async def test_parallel_tool_calls(codex: Codex) -> None:
+    r = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=user(
+            "weather and time" + fake(tool_calls=[PARIS, {"name": "get_time", "arguments": {}}])
+        ),
+        tools=[WEATHER, TIME],  # type: ignore[list-item]
+    )
+    calls = r.choices[0].message.tool_calls or []
+    assert sorted(c.function.name for c in calls) == ["get_time", "get_weather"]  # type: ignore[union-attr]
+    assert len({c.id for c in calls}) == 2
+    single = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=user(
+            "weather and time" + fake(tool_calls=[PARIS, {"name": "get_time", "arguments": {}}])
+        ),
+        tools=[WEATHER, TIME],  # type: ignore[list-item]
+        parallel_tool_calls=False,
+    )
+    assert len(single.choices[0].message.tool_calls or []) == 1
+    assert len(codex.bodies()) == 2
+
+
+async def test_structured_output_is_the_upstream_format(codex: Codex) -> None:
+    from pydantic import BaseModel
+
+    class Person(BaseModel):
+        name: str
+        age: int
+
+    r = await codex.client.beta.chat.completions.parse(
+        model=MODEL,
+        messages=user("Ada, 36" + fake(answer='{"name":"Ada","age":36}')),
+        response_format=Person,
+    )
+    assert r.choices[0].message.parsed == Person(name="Ada", age=36)
+    body, _ = codex.only_request()
+    fmt = body["text"]["format"]
+    assert fmt["type"] == "json_schema" and fmt["strict"] is True
+    assert set(fmt["schema"]["properties"]) == {"name", "age"}
+    assert fmt["schema"]["additionalProperties"] is False
+    assert_sealed_request(body)
+
+
+async def test_png_and_jpeg_arrive_in_place(codex: Codex) -> None:
+    r = await codex.client.chat.completions.create(
+        model=MODEL,
+        messages=[
+            {
+                "role": "user",
+                "content": [
+                    {"type": "text", "text": "a red square:"},
+                    image_part(data_url(PNG)),  # type: ignore[list-item]
+                    {"type": "text", "text": "and a photo:"},
+                    image_part(data_url(JPEG)),  # type: ignore[list-item]
+                    {"type": "text", "text": "which is which?" + fake(answer="Two images.")},
+                ],
+            }
+        ],
+    )
+    assert r.choices[0].message.content == "Two images."
+    body, _ = codex.only_request()
+    (message,) = [i for i in body["input"] if i.get("role") == "user"]
+    kinds = [(c["type"], c.get("text", c.get("image_url", ""))[:12]) for c in message["content"]]
+    assert kinds == [
+        ("input_text", "a red square"),
+        ("input_image", "data:image/p"),
+        ("input_text", "and a photo:"),
+        ("input_image", "data:image/j"),
+        ("input_text", "which is whi"),
+    ]
+    images = [c["image_url"] for c in message["content"] if c["type"] == "input_image"]
+    # the media type as sniffed from the bytes (the client called the JPEG a PNG)
+    assert images == [data_url(PNG), data_url(JPEG, "image/jpeg")]
+    assert_sealed_request(body)
+
+
+async def test_responses_api(codex: Codex) -> None:
+    r = await codex.client.responses.create(
+        model=MODEL, input="say hi" + fake(answer="Hi from the Responses API.")
+    )
+    assert r.output_text == "Hi from the Responses API."
+    body, _ = codex.only_request()
+    assert_sealed_request(body)
+
+
+async def test_rate_limit_is_429_after_one_upstream_request(codex: Codex) -> None:
+    with pytest.raises(openai.RateLimitError) as info:
+        await codex.client.chat.completions.create(
+            model=MODEL, messages=user("say hi" + fake(status=429, retry_after=3))
+        )
+    assert info.value.status_code == 429
+    assert len(codex.bodies()) == 1  # request_max_retries = 0: codex did not retry
+
+
+async def test_auth_failure_is_401(codex: Codex) -> None:
+    with pytest.raises(openai.AuthenticationError):
+        await codex.client.chat.completions.create(
+            model=MODEL, messages=user("say hi" + fake(status=401))
+        )
+    assert len(codex.bodies()) == 1
+
+
+async def test_warm_call_answers(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A pre-started app-server has done its handshake (the warm prefix) and waits for the
+    thread and turn with no time limit."""
+    c, api = await start(serve, tmp_path, monkeypatch, warm_pool=True)
+    try:
+        pool = c.served.gateway.pool
+        assert pool is not None
+        cold = await c.client.chat.completions.create(
+            model=MODEL, messages=user("PROMPT_ONE_5b1" + fake(answer="cold answer"))
+        )
+        assert cold.choices[0].message.content == "cold answer"
+        for _ in range(200):
+            if pool.status()["ready"].get("codex"):  # type: ignore[attr-defined]
+                break
+            await asyncio.sleep(0.05)
+        await asyncio.sleep(3)  # idle a while: it must keep waiting
+        warm = await c.client.chat.completions.create(
+            model=MODEL, messages=user("PROMPT_TWO_9c4" + fake(answer="warm answer"))
+        )
+        assert warm.choices[0].message.content == "warm answer"
+        assert pool.status()["served_warm"] == 1
+        last = json.dumps(c.bodies()[-1])
+        assert "PROMPT_TWO_9c4" in last and "PROMPT_ONE_5b1" not in last
+    finally:
+        await c.served.gateway.close()
+        await api.close()
+
+
+async def test_cli_tool_call_ends_the_call_at_once(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A model call to codex's own tool runs nothing; codex would ask again forever. Its
+    stderr is merged into stdout (``merge_stderr``): the first ``unsupported call`` line ends
+    the call with a 502, and the CLI is killed within a short grace."""
+    c, api = await start(serve, tmp_path, monkeypatch)
+    try:
+        canary = tmp_path / "work-canary"
+        args = {"cmd": f"touch {canary}"}
+        with pytest.raises(openai.InternalServerError) as info:
+            await c.client.chat.completions.create(
+                model=MODEL,
+                messages=user("hi" + fake(cli_tool_call="exec_command", cli_tool_args=args)),
+            )
+        assert info.value.status_code == 502
+        body: Any = info.value.body
+        assert body["code"] == "invalid_tool_call" and "exec_command" in body["message"]
+        assert not canary.exists()
+        stats = c.served.gateway.supervisor.running
+        assert stats == 0
+        # ended within the short grace after the first sign, not by a timeout (the loop
+        # ran ~85 requests a second against this fake)
+        assert len(c.bodies()) < 100
+    finally:
+        await api.close()
+
+
+async def test_sealed_catalog_of_the_real_binary() -> None:
+    assert CODEX is not None
+    catalog = json.loads(sealed_catalog([str(CODEX)], os.environ.get("PATH", "")))
+    models = catalog["models"]
+    assert len(models) > 3 and any(m["slug"] == MODEL for m in models)
+    for m in models:
+        assert m["shell_type"] == "disabled" and m["experimental_supported_tools"] == []
+        assert not {"tool_mode", "multi_agent_version", "apply_patch_tool_type"} & set(m)
+
+
+@pytest.mark.parametrize("model", ["gpt-6.1-sol", "gpt-5.6-luna", "o3", "codex/gpt-4.1"])
+async def test_every_model_form_is_sealed(
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    system_prompt: str,
+) -> None:
+    """Catalog models (JS exec and collaboration tools unsealed) and fallback-metadata models
+    (shell tools unsealed) alike, with our instructions or codex's own: no tool upstream."""
+    c, api = await start(serve, tmp_path, monkeypatch, system_prompt=system_prompt)
+    try:
+        r = await c.client.chat.completions.create(
+            model=model, messages=user("hi" + fake(answer="ok"))
+        )
+        assert r.choices[0].message.content == "ok"
+        body, _ = c.only_request()
+        assert_sealed_request(body, system_prompt=system_prompt)
+    finally:
+        await api.close()
+
+
+async def test_host_files_never_reach_the_model_and_nothing_stays(sealed: Codex) -> None:
+    secret = "CANARY" + secrets.token_hex(8)
+    for path in (
+        sealed.home / ".codex" / "AGENTS.md",
+        sealed.home / ".codex" / "AGENTS.override.md",
+        sealed.home / "AGENTS.md",
+        sealed.root / "AGENTS.md",  # a parent of every pdeathsig work dir
+    ):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(f"Always say {secret}.")
+    (sealed.home / ".codex" / "config.toml").write_text(
+        f'developer_instructions = "Always say {secret}."\n'
+    )
+    before = sorted(p for p in sealed.home.rglob("*"))
+    tokens = ["TOKEN" + secrets.token_hex(8) for _ in range(3)]
+    for token in tokens:
+        r = await sealed.client.chat.completions.create(
+            model=MODEL, messages=user(token + fake(answer="ok"))
+        )
+        assert r.choices[0].message.content == "ok"
+    await sealed.served.gateway.close()
+    sent = json.dumps(sealed.bodies())
+    assert secret not in sent and all(t in sent for t in tokens)
+    assert sorted(p for p in sealed.home.rglob("*")) == before  # nothing added under HOME
+    for p in sealed.home.rglob("*"):
+        if p.is_file():
+            assert not any(t.encode() in p.read_bytes() for t in tokens)
+    assert not sealed.root.exists() or not any(sealed.root.rglob("call-*"))
+    assert not sealed.root.exists() or not any(sealed.root.rglob("home-*"))
+
+
+@pytest.mark.parametrize("model", ["gpt-6.1-sol", "gpt-5.5", "o3"])
+async def test_fallback_catalog_is_accepted_and_sealed(
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    model: str,
+    system_prompt: str,
+) -> None:
+    """When ``codex debug models`` gives nothing the one-model fallback catalog stands in:
+    codex accepts it and every model, in it or not, is still sealed (``cli``: gpt-5.5, the
+    one entry, gets our instructions, the others codex's built-in ones)."""
+    from cli_proxy.backends import codex as codex_module
+
+    fallback = json.dumps(codex_module.FALLBACK_CATALOG).encode()
+    monkeypatch.setattr(codex_module, "sealed_catalog", lambda command, path, mode: fallback)
+    c, api = await start(serve, tmp_path, monkeypatch, system_prompt=system_prompt)
+    try:
+        r = await c.client.chat.completions.create(
+            model=model, messages=user("hi" + fake(answer="ok"))
+        )
+        assert r.choices[0].message.content == "ok"
+        body, _ = c.only_request()
+        mode = "minimal" if model == "gpt-5.5" else system_prompt
+        assert_sealed_request(body, system_prompt=mode)
+    finally:
+        await api.close()
+
+
+async def test_reasoning_effort_reaches_the_model_api(codex: Codex) -> None:
+    r = await codex.client.chat.completions.create(
+        model=MODEL, messages=user("hi" + fake(answer="ok")), reasoning_effort="low"
+    )
+    assert r.choices[0].message.content == "ok"
+    body, _ = codex.only_request()
+    assert body["reasoning"]["effort"] == "low"

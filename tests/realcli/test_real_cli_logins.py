@@ -1,0 +1,455 @@
+"""Subscription logins survive token refresh: the REAL CLIs with an expired login, behind
+the gateway, against a fake OAuth token endpoint on loopback (tests/fakes/fake_token_api.py:
+rotating single-use refresh tokens; a spent one answers 400 ``invalid_grant``).
+
+For each CLI and launcher, 6 concurrent calls whose login's access token has expired:
+every call answers, exactly one refresh request reaches the endpoint, no spent refresh
+token is ever sent again, the user's credential file ends with the live token, and a
+following call works. Again with the endpoint answering 3 s late.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import time
+from collections.abc import AsyncIterator
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
+from pathlib import Path
+from typing import Any
+
+import openai
+import pytest
+
+from cli_proxy.config import Settings
+from cli_proxy.gateway import Gateway, live_backends
+from tests.conftest import Served, ServeFactory, fake
+from tests.fakes.fake_code_assist import FakeCodeAssist
+from tests.fakes.fake_connect_proxy import ConnectProxy
+from tests.fakes.fake_model_api import FakeModelAPI, start_fake_model_api
+from tests.fakes.fake_token_api import FakeTokenAPI, codex_auth_json
+from tests.realcli.test_real_cli import real_cli_dir
+from tests.run.test_sealed_processes import LAUNCHERS
+
+_CODEX_DIR = real_cli_dir(("codex",))
+CODEX = (_CODEX_DIR / "codex") if _CODEX_DIR is not None else None
+
+pytestmark = [pytest.mark.realcli, pytest.mark.timeout(180)]
+
+needs_codex = pytest.mark.skipif(
+    CODEX is None,
+    reason="real codex binary not found ($CLI_PROXY_REAL_CLI_DIR or .cli/*/node_modules/.bin)",
+)
+
+CALLS = 6
+DELAYS = [0.0, 3.0]
+# Variables that would send a CLI elsewhere than the fakes or to another login.
+FOREIGN_ENV = (
+    "CODEX_HOME",
+    "CODEX_API_KEY",
+    "OPENAI_API_KEY",
+    "OPENAI_BASE_URL",
+    "HTTPS_PROXY",
+    "HTTP_PROXY",
+    "https_proxy",
+    "http_proxy",
+    "RUST_LOG",
+    "ANTHROPIC_API_KEY",
+    "ANTHROPIC_AUTH_TOKEN",
+    "ANTHROPIC_BASE_URL",
+    "CLAUDE_CODE_OAUTH_TOKEN",
+    "CLAUDE_CONFIG_DIR",
+)
+
+
+@dataclass
+class Run:
+    served: Served
+    api: FakeModelAPI
+    token: FakeTokenAPI
+    home: Path
+
+    @property
+    def client(self) -> openai.AsyncOpenAI:
+        return self.served.client
+
+
+def _iso(t: datetime) -> str:
+    return t.strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+async def _concurrent(client: openai.AsyncOpenAI, model: str, n: int) -> list[str | Exception]:
+    client = client.with_options(timeout=600)  # six gemini start-ups on a busy machine are slow
+
+    async def one(i: int) -> str:
+        r = await client.chat.completions.create(
+            model=model,
+            messages=[{"role": "user", "content": f"call {i}" + fake(answer=f"answer {i}")}],
+        )
+        return r.choices[0].message.content or ""
+
+    out = await asyncio.gather(*(one(i) for i in range(n)), return_exceptions=True)
+    return [o if isinstance(o, str | Exception) else Exception(repr(o)) for o in out]
+
+
+def _report(what: str, token: FakeTokenAPI, answers: list[str | Exception], live: bool) -> str:
+    ok = sum(1 for a in answers if isinstance(a, str))
+    errors = {repr(a)[:160] for a in answers if isinstance(a, Exception)}
+    return (
+        f"{what}: token requests {token.refreshes}, spent re-sent {token.spent_resent}, "
+        f"answered {ok}/{len(answers)}, file live {live}; errors {sorted(errors)}"
+    )
+
+
+# --------------------------------------------------------------------------------- codex
+
+
+@pytest.fixture
+async def codex_run(
+    launcher: str,
+    delay: float,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Run]:
+    assert CODEX is not None
+    api = await start_fake_model_api()
+    token = await FakeTokenAPI(live="rt-0", delay=delay).start()
+    api.accept_bearer = token.issued
+    home = tmp_path / "home"
+    (home / ".codex").mkdir(parents=True)
+    now = datetime.now(UTC)
+    auth = codex_auth_json("rt-0", time.time() - 3600, _iso(now - timedelta(days=1)))
+    (home / ".codex" / "auth.json").write_text(json.dumps(auth, indent=2))
+    (home / ".codex" / "auth.json").chmod(0o600)
+    for name in FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("HOME", str(home))
+    monkeypatch.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", token.url + "/oauth/token")
+    config = Settings(
+        backends=["codex"],
+        codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
+        pass_env=["CODEX_REFRESH_TOKEN_URL_OVERRIDE"],
+        timeout_s=90,
+        idle_timeout_s=60,
+        kill_grace_s=1,
+        max_concurrency=CALLS,
+        launcher=launcher,
+        work_root=tmp_path / "root",
+        warm_pool=False,
+    )
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    try:
+        yield Run(served, api, token, home)
+    finally:
+        await gateway.close()
+        await token.close()
+        await api.close()
+
+
+def _codex_refresh_token(home: Path) -> str:
+    data = json.loads((home / ".codex" / "auth.json").read_text())
+    return str(data["tokens"]["refresh_token"])
+
+
+@needs_codex
+@pytest.mark.parametrize("delay", DELAYS, ids=["prompt", "late3s"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_codex_expired_login_refreshed_once(codex_run: Run) -> None:
+    run = codex_run
+    answers = await _concurrent(run.client, "gpt-5.5", CALLS)
+    live = _codex_refresh_token(run.home) == run.token.live
+    print(_report("codex", run.token, answers, live))
+    assert all(isinstance(a, str) for a in answers), answers
+    assert run.token.refreshes == 1
+    assert run.token.spent_resent == 0
+    assert live
+    after = await _concurrent(run.client, "gpt-5.5", 1)
+    assert isinstance(after[0], str), after
+    assert run.token.refreshes == 1
+    # the model API saw the fresh access token on every call
+    auths = {
+        v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
+    }
+    assert auths <= {f"Bearer {run.token.access}"}, auths
+
+
+# -------------------------------------------------------------------------------- claude
+
+_CLAUDE_DIR = real_cli_dir(("claude",))
+CLAUDE = (_CLAUDE_DIR / "claude") if _CLAUDE_DIR is not None else None
+needs_claude = pytest.mark.skipif(
+    CLAUDE is None,
+    reason="real claude binary not found ($CLI_PROXY_REAL_CLI_DIR or .cli/*/node_modules/.bin)",
+)
+# claude's token URL is fixed (platform.claude.com); it also looks up its profile at
+# api.anthropic.com. Both reach the fake token endpoint through the CONNECT proxy.
+CLAUDE_HOSTS = ["platform.claude.com", "api.anthropic.com", "console.anthropic.com", "claude.ai"]
+
+
+def claude_credentials(refresh_token: str, access_token: str, expires_at: float) -> dict[str, Any]:
+    return {
+        "claudeAiOauth": {
+            "accessToken": access_token,
+            "refreshToken": refresh_token,
+            "expiresAt": int(expires_at * 1000),
+            "scopes": ["user:inference", "user:profile"],
+            "subscriptionType": "max",
+        }
+    }
+
+
+@pytest.fixture
+async def claude_run(
+    launcher: str,
+    delay: float,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Run]:
+    assert CLAUDE is not None
+    api = await start_fake_model_api()
+    token = await FakeTokenAPI(live="rt-0", delay=delay).start()
+    api.accept_bearer = token.issued
+    port = int(token.url.rsplit(":", 1)[1])
+    proxy = await ConnectProxy(CLAUDE_HOSTS, port).start()
+    home = tmp_path / "home"
+    (home / ".claude").mkdir(parents=True)
+    creds = home / ".claude" / ".credentials.json"
+    creds.write_text(json.dumps(claude_credentials("rt-0", "sk-ant-oat01-old", time.time() - 60)))
+    creds.chmod(0o600)
+    for name in FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {
+        "HOME": str(home),
+        "ANTHROPIC_BASE_URL": api.url,
+        "HTTPS_PROXY": proxy.url,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
+    }.items():
+        monkeypatch.setenv(name, value)
+    config = Settings(
+        backends=["claude"],
+        claude={"bin": str(CLAUDE)},
+        timeout_s=90,
+        idle_timeout_s=60,
+        kill_grace_s=1,
+        max_concurrency=CALLS,
+        launcher=launcher,
+        work_root=tmp_path / "root",
+        warm_pool=False,
+    )
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    try:
+        yield Run(served, api, token, home)
+    finally:
+        await gateway.close()
+        await proxy.close()
+        await token.close()
+        await api.close()
+
+
+def _claude_refresh_token(home: Path) -> str:
+    data = json.loads((home / ".claude" / ".credentials.json").read_text())
+    return str(data["claudeAiOauth"]["refreshToken"])
+
+
+@needs_claude
+@pytest.mark.parametrize("delay", DELAYS, ids=["prompt", "late3s"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_claude_expired_login_refreshed_once(claude_run: Run) -> None:
+    run = claude_run
+    answers = await _concurrent(run.client, "sonnet", CALLS)
+    live = _claude_refresh_token(run.home) == run.token.live
+    print(_report("claude", run.token, answers, live))
+    assert all(isinstance(a, str) for a in answers), answers
+    token_calls = [r for r in run.token.requests if r.path == "/v1/oauth/token"]
+    assert len(token_calls) == 1, run.token.requests
+    assert run.token.spent_resent == 0
+    assert live
+    after = await _concurrent(run.client, "sonnet", 1)
+    assert isinstance(after[0], str), after
+    assert len([r for r in run.token.requests if r.path == "/v1/oauth/token"]) == 1
+    auths = {
+        v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
+    }
+    assert auths <= {f"Bearer {run.token.access}"}, auths
+
+
+# ---------------------------------------------------------------------- a login that is gone
+
+
+async def _gone(run: Run, model: str, relogin: str, attempts: int) -> None:
+    """The refresh token in the user's file was spent elsewhere: one typed error, after the
+    CLI's own attempts (codex 0.169.0 sends a refused refresh 4 times in one run)."""
+    run.token.live = "rt-issued-to-someone-else"
+    with pytest.raises(openai.APIStatusError) as caught:
+        await run.client.chat.completions.create(
+            model=model, messages=[{"role": "user", "content": "hi" + fake(answer="never")}]
+        )
+    err = caught.value
+    assert err.status_code == 503
+    assert err.response.headers.get("x-should-retry") == "false"
+    body = err.body
+    assert isinstance(body, dict) and body.get("code") == "login_expired", body
+    assert relogin in str(body.get("message")), body
+    assert run.token.refreshes == attempts
+
+
+@needs_codex
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", ["pdeathsig"])
+async def test_codex_login_gone_is_login_expired(codex_run: Run) -> None:
+    # codex exec sent the refused token 4 times in one run; app-server sends it twice
+    await _gone(codex_run, "gpt-5.5", "codex login", 2)
+
+
+@needs_claude
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", ["pdeathsig"])
+async def test_claude_login_gone_is_login_expired(claude_run: Run) -> None:
+    await _gone(claude_run, "sonnet", "/login", 1)
+
+
+@needs_claude
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_claude_setup_token_is_used_and_never_refreshed(
+    claude_run: Run, serve: ServeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """``CLI_PROXY_CLAUDE__OAUTH_TOKEN``: the long-lived token goes upstream as the bearer;
+    the expired file login is neither refreshed nor touched."""
+    run = claude_run
+    long_lived = "sk-ant-oat01-long-lived-test"
+    run.api.accept_bearer = lambda token: token == long_lived
+    before = (run.home / ".claude" / ".credentials.json").read_bytes()
+    monkeypatch.setenv("CLI_PROXY_CLAUDE__OAUTH_TOKEN", long_lived)
+    config = Settings(
+        backends=["claude"],
+        claude={"bin": str(CLAUDE)},
+        launcher=run.served.gateway.settings.launcher,
+        work_root=run.served.gateway.settings.work_root,
+        warm_pool=False,
+    )
+    assert config.options_for("claude").oauth_token is not None  # type: ignore[attr-defined]
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    answers = await _concurrent(served.client, "sonnet", 3)
+    assert all(isinstance(a, str) for a in answers), answers
+    assert run.token.refreshes == 0
+    assert (run.home / ".claude" / ".credentials.json").read_bytes() == before
+    await gateway.close()
+
+
+# -------------------------------------------------------------------------------- gemini
+
+_GEMINI_DIR = real_cli_dir(("gemini",))
+GEMINI = (_GEMINI_DIR / "gemini") if _GEMINI_DIR is not None else None
+needs_gemini = pytest.mark.skipif(
+    GEMINI is None,
+    reason="real gemini binary not found ($CLI_PROXY_REAL_CLI_DIR or .cli/*/node_modules/.bin)",
+)
+GOOGLE_HOSTS = ["oauth2.googleapis.com", "www.googleapis.com"]
+
+
+@pytest.fixture
+async def gemini_run(
+    launcher: str,
+    delay: float,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> AsyncIterator[Run]:
+    assert GEMINI is not None
+    api = await start_fake_model_api()
+    # Google refresh tokens do not rotate: the same one is sent every time
+    token = await FakeTokenAPI(live="1//rt-0", delay=delay, rotate=False).start()
+    assist = await FakeCodeAssist(api.url, token.issued).start()
+    port = int(token.url.rsplit(":", 1)[1])
+    proxy = await ConnectProxy(GOOGLE_HOSTS, port).start()
+    home = tmp_path / "home"
+    gemini = home / ".gemini"
+    gemini.mkdir(parents=True)
+    (gemini / "settings.json").write_text(
+        json.dumps({"security": {"auth": {"selectedType": "oauth-personal"}}})
+    )
+    creds = {
+        "access_token": "ya29.expired",
+        "refresh_token": "1//rt-0",
+        "scope": "https://www.googleapis.com/auth/cloud-platform",
+        "token_type": "Bearer",
+        "expiry_date": int((time.time() - 60) * 1000),
+    }
+    (gemini / "oauth_creds.json").write_text(json.dumps(creds, indent=2))
+    (gemini / "oauth_creds.json").chmod(0o600)
+    (gemini / "google_accounts.json").write_text(json.dumps({"active": "user@example.com"}))
+    for name in (*FOREIGN_ENV, "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {
+        "HOME": str(home),
+        "CODE_ASSIST_ENDPOINT": assist.url,
+        "HTTPS_PROXY": proxy.url,
+        "NO_PROXY": "127.0.0.1,localhost",
+        "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
+    }.items():
+        monkeypatch.setenv(name, value)
+    config = Settings(
+        backends=["gemini"],
+        gemini={"bin": str(GEMINI)},
+        pass_env=["CODE_ASSIST_ENDPOINT"],
+        timeout_s=400,  # six gemini start-ups on a busy machine took ~100 s each
+        idle_timeout_s=300,
+        kill_grace_s=1,
+        max_concurrency=CALLS,
+        launcher=launcher,
+        work_root=tmp_path / "root",
+        warm_pool=False,
+    )
+    gateway = Gateway(config, live_backends(config))
+    served = await serve(gateway)
+    run = Run(served, api, token, home)
+    run.assist = assist  # type: ignore[attr-defined]
+    try:
+        yield run
+    finally:
+        await gateway.close()
+        await proxy.close()
+        await assist.close()
+        await token.close()
+        await api.close()
+
+
+@needs_gemini
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("delay", DELAYS, ids=["prompt", "late3s"])
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_gemini_expired_login_refreshed_once(gemini_run: Run) -> None:
+    run = gemini_run
+    answers = await _concurrent(run.client, "gemini-2.5-flash", CALLS)
+    creds = json.loads((run.home / ".gemini" / "oauth_creds.json").read_text())
+    live = creds.get("refresh_token") == run.token.live
+    print(_report("gemini", run.token, answers, live))
+    assert all(isinstance(a, str) for a in answers), answers
+    assert run.token.refreshes == 1
+    assert live and creds["access_token"] == run.token.access  # whole, with the new token
+    after = await _concurrent(run.client, "gemini-2.5-flash", 1)
+    assert isinstance(after[0], str), after
+    assert run.token.refreshes == 1
+
+
+@needs_gemini
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", ["pdeathsig"])
+async def test_gemini_login_gone_is_login_expired(gemini_run: Run) -> None:
+    """Over ACP, 0.61.0 answers a refused refresh with its interactive login: the URL on
+    stdout (the sign the parser reads), then a stdin line taken as the authorization code
+    (capture gemini-0.61.0-acp-refresh-invalid-grant). That line is the ACP set-up the
+    gateway wrote at spawn, never the prompt: the prompt waits for the session."""
+    await _gone(gemini_run, "gemini-2.5-flash", "Login with Google", 1)
+    creds = json.loads((gemini_run.home / ".gemini" / "oauth_creds.json").read_text())
+    assert creds["refresh_token"] == "1//rt-0"  # left alone
+    codes = gemini_run.token.codes
+    assert len(codes) <= 1 and all("@@fake" not in code for code in codes), codes
