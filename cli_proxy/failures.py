@@ -1,8 +1,9 @@
 """Domain failures: what can go wrong with a call, said without HTTP.
 
-The process, launch and parser layers raise these (or, for parsers, emit a ``Failure``
-event); ``errors.api_error`` maps them to an HTTP status and an OpenAI error body in one
-place, used by the middleware and the SSE error path alike.
+The planner, fixtures, process, launch and parser layers raise these (or, for parsers, emit
+a ``Failure`` event); ``server/errors.py`` (``api_error``) maps them to an HTTP status and
+code in one place, and each wire format renders that as its own error body, for the
+middleware and the SSE error path alike. Nothing below the HTTP edge names a status.
 """
 
 from __future__ import annotations
@@ -35,6 +36,22 @@ class CallError(Exception):
     def __init__(self, message: str) -> None:
         super().__init__(message)
         self.message = message
+
+
+class InvalidRequest(CallError):
+    """The request cannot be served as it stands: the client must change it (the planner's
+    checks, an image that cannot be used, a prompt over the gateway's limit). ``param`` names
+    the offending field, ``code`` says what is wrong in a word a program can test."""
+
+    def __init__(self, message: str, param: str | None = None, code: str = "invalid_value"):
+        super().__init__(message)
+        self.param = param
+        self.code = code
+
+
+class NotFound(InvalidRequest):
+    """What the request names is not here: a model no backend serves, a recorded run no
+    fixture holds."""
 
 
 class CliFailed(CallError):

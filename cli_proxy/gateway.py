@@ -18,9 +18,9 @@ from typing import Protocol
 from cli_proxy.backends import backend_class, names
 from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser
 from cli_proxy.config import Settings
+from cli_proxy.failures import CallError, InvalidRequest, NotFound
 from cli_proxy.plan.images import (
     FetchPolicy,
-    ImageError,
     ImageLimits,
     PromptImage,
     extract,
@@ -37,7 +37,6 @@ from cli_proxy.run.limits import from_settings as limits_from_settings
 from cli_proxy.run.logins import Login, LoginGate
 from cli_proxy.run.pool import PoolSettings, WarmPool
 from cli_proxy.run.supervisor import Supervisor
-from cli_proxy.server.errors import APIError
 from cli_proxy.server.metrics import Gauges, Metrics
 
 
@@ -65,7 +64,7 @@ class PlanSource(Protocol):
     def target(
         self, req: ChatCompletionRequest, route: Route, launch: LaunchOptions, prompt: Prompt
     ) -> Target:
-        """The process for this request (or an APIError, e.g. no fixture matches)."""
+        """The process for this request (or ``NotFound``: no fixture matches)."""
         ...
 
 
@@ -193,7 +192,7 @@ class Gateway:
                 if r is not None:
                     await self.warm_up(self.source.backend(r))
                 plan = self.plan(ChatCompletionRequest.model_validate(body))
-            except APIError:
+            except CallError:
                 continue
             if self.pool is not None:
                 self.pool.want(plan.launch)
@@ -210,10 +209,7 @@ class Gateway:
         """The one step from a validated request to a call ready to run: its remote images
         fetched (the only I/O, and only when ``image_fetch`` allows), then ``plan``.
         ``budget``: its time limits, counted from the request's arrival."""
-        try:
-            req = await fetch_all(req, self.fetch_policy)
-        except ImageError as exc:
-            raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
+        req = await fetch_all(req, self.fetch_policy)  # ImageError: an InvalidRequest
         r = self.source.route(req.model)
         if r is not None:
             await self.warm_up(self.source.backend(r))
@@ -226,7 +222,8 @@ class Gateway:
             self._warmed.add(backend)
 
     def plan(self, req: ChatCompletionRequest) -> Plan:
-        """Everything decided before a process exists; APIError for a request that cannot run."""
+        """Everything decided before a process exists; ``InvalidRequest`` (or ``NotFound``)
+        for a request that cannot run."""
         r = self._check(req)
         backend = self.source.backend(r)
         prompt = self._prompt(req, self._images(req, r, backend), backend.native_tools)
@@ -251,16 +248,14 @@ class Gateway:
         """Semantic checks pydantic cannot express; returns the route."""
         s = self.settings
         if len(req.messages) > s.max_messages:
-            raise APIError(
-                400,
+            raise InvalidRequest(
                 f"too many messages: {len(req.messages)} (limit {s.max_messages})",
                 param="messages",
                 code="too_many_messages",
             )
         r = self.source.route(req.model)
         if r is None:
-            raise APIError(
-                404,
+            raise NotFound(
                 f"The model '{req.model}' does not exist or is not served here; "
                 "GET /v1/models lists the models this gateway serves",
                 param="model",
@@ -268,20 +263,17 @@ class Gateway:
             )
         names = [t.function.name for t in req.tools or []]
         if len(set(names)) != len(names):
-            raise APIError(400, "tool function names must be unique", param="tools")
+            raise InvalidRequest("tool function names must be unique", param="tools")
         choice = req.tool_choice
         if isinstance(choice, NamedToolChoice) and choice.function.name not in names:
-            raise APIError(
-                400,
+            raise InvalidRequest(
                 f"tool_choice names function '{choice.function.name}', which is not in tools",
                 param="tool_choice",
                 code="invalid_value",
             )
         if (choice == "required" or isinstance(choice, NamedToolChoice)) and not names:
-            raise APIError(
-                400,
-                "tool_choice is only allowed when tools are specified",
-                param="tool_choice",
+            raise InvalidRequest(
+                "tool_choice is only allowed when tools are specified", param="tool_choice"
             )
         return r
 
@@ -289,13 +281,9 @@ class Gateway:
         self, req: ChatCompletionRequest, r: Route, backend: Backend
     ) -> dict[str, PromptImage]:
         """The request's images, decoded and checked; 400 when the backend cannot take any."""
-        try:
-            images = extract(req, self.image_limits)
-        except ImageError as exc:
-            raise APIError(400, exc.message, param=exc.param, code=exc.code) from None
+        images = extract(req, self.image_limits)  # ImageError: an InvalidRequest
         if images and not backend.accepts_images:
-            raise APIError(
-                400,
+            raise InvalidRequest(
                 f"the {r.backend} backend cannot pass images to its model without opening its "
                 "sealed box; send this request to a model whose backend takes images, or "
                 "without images",
@@ -313,8 +301,7 @@ class Gateway:
         prompt = render(req, options, images)
         size = sum(map(len, prompt.blocks))
         if size > self.settings.max_prompt_chars:
-            raise APIError(
-                400,
+            raise InvalidRequest(
                 f"the rendered prompt has {size} characters "
                 f"(limit {self.settings.max_prompt_chars})",
                 param="messages",

@@ -19,6 +19,11 @@ MAX_DEPTH = 200
 """Deepest nesting the gateway decodes: far beyond any real tool call's arguments, far below
 the interpreter's recursion limit (1,000) even when called from deep in a request's stack."""
 
+MAX_BODY_DEPTH = 64
+"""Deepest request body the HTTP edge accepts (any field, tool schemas included): the same
+measure, before decoding, with a lower bound because pydantic's validation of the decoded
+body recurses again per level."""
+
 # a complete string (skipped: brackets in it do not nest), or one bracket
 _TOKENS = re.compile(r'"[^"\\]*(?:\\.[^"\\]*)*"|[\[\]{}]', re.DOTALL)
 
@@ -45,9 +50,12 @@ def depth(text: str) -> int:
     return deepest
 
 
-def loads(text: str, max_depth: int = MAX_DEPTH) -> Any:
+def loads(text: str | bytes, max_depth: int = MAX_DEPTH) -> Any:
     """``json.loads(text)``, or ``TooDeep`` (a ``ValueError``) if it nests deeper than
-    ``max_depth``: callers that catch ``ValueError`` for bad JSON need nothing more."""
+    ``max_depth``: callers that catch ``ValueError`` for bad JSON need nothing more. Bytes
+    are decoded as ``json.loads`` would (UTF-8, -16 or -32, told by the first bytes)."""
+    if isinstance(text, bytes):
+        text = text.decode(json.detect_encoding(text), "surrogatepass")
     if depth(text) > max_depth:
         raise TooDeep(f"JSON nested deeper than {max_depth} levels")
     return json.loads(text)

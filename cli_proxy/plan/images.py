@@ -24,6 +24,7 @@ from urllib.parse import urljoin, urlsplit
 import aiohttp
 from aiohttp.abc import AbstractResolver, ResolveResult
 
+from cli_proxy.failures import InvalidRequest
 from cli_proxy.protocol import (
     ChatCompletionRequest,
     ImagePart,
@@ -35,12 +36,11 @@ from cli_proxy.protocol import (
 SUPPORTED = ("image/png", "image/jpeg", "image/gif", "image/webp")
 
 
-class ImageError(Exception):
-    """A request's image that cannot be used; becomes a 400 naming the part."""
+class ImageError(InvalidRequest):
+    """A request's image that cannot be used; ``param`` names the part."""
 
     def __init__(self, message: str, param: str, code: str = "invalid_image") -> None:
-        super().__init__(message)
-        self.message, self.param, self.code = message, param, code
+        super().__init__(message, param, code)
 
 
 @dataclass(frozen=True, slots=True)

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import asyncio
 import hmac
-import json
 import time
 import uuid
 from collections.abc import Awaitable, Callable
@@ -16,6 +15,7 @@ from urllib.parse import unquote
 import structlog
 from aiohttp import web
 
+from cli_proxy import jsondepth
 from cli_proxy.failures import CallError, FailureKind
 from cli_proxy.gateway import Gateway
 from cli_proxy.logs import log
@@ -177,9 +177,6 @@ async def get_model(request: web.Request) -> web.Response:
     return json_response(ModelCard(id=model_id, created=STARTED, owned_by=r.backend).model_dump())
 
 
-MAX_JSON_DEPTH = 64  # deeper request bodies (any field, tool schemas included): 400
-
-
 async def read_json(request: web.Request) -> dict[str, Any]:
     settings = request.app[GATEWAY].settings
     declared, limit = request.content_length, settings.max_body_bytes
@@ -198,35 +195,19 @@ async def read_json(request: web.Request) -> dict[str, Any]:
         raise APIError(
             408, f"the request body did not arrive within {timeout_s:g} s", code="request_timeout"
         ) from None
-    too_deep = False
-    data: Any = None
     try:
-        data = json.loads(raw)
-    except ValueError as exc:
-        raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
-    except RecursionError:
-        too_deep = True
-    if too_deep or json_depth(data) > MAX_JSON_DEPTH:
+        data = jsondepth.loads(raw, jsondepth.MAX_BODY_DEPTH)
+    except jsondepth.TooDeep:
         raise APIError(
             400,
-            f"request body is nested deeper than {MAX_JSON_DEPTH} levels",
+            f"request body is nested deeper than {jsondepth.MAX_BODY_DEPTH} levels",
             code="nesting_too_deep",
-        )
+        ) from None
+    except ValueError as exc:
+        raise APIError(400, f"request body is not valid JSON: {exc}", code="invalid_json") from None
     if not isinstance(data, dict):
         raise APIError(400, "request body must be a JSON object", code="invalid_json")
     return data
-
-
-def json_depth(value: Any) -> int:
-    """Nesting depth of a decoded JSON value, without recursion."""
-    deepest, stack = 0, [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict | list):
-            deepest = max(deepest, depth)
-            children = item.values() if isinstance(item, dict) else item
-            stack.extend((child, depth + 1) for child in children)
-    return deepest
 
 
 async def parse_request(request: web.Request) -> ChatCompletionRequest:

@@ -1,5 +1,8 @@
-"""OpenAI-shaped errors: one exception type the HTTP layer turns into a response, and the
-one mapping from domain failures (``failures.py``) to it."""
+"""Errors at the HTTP edge: ``APIError`` (status, code, message, param, headers: no wire
+format yet), the one mapping from domain failures (``failures.py``) to it, and its OpenAI
+body. Each wire format renders an ``APIError`` as its own body (``openai_body`` here; the
+Anthropic Messages API's in ``wire/anthropic.py``); nothing below this layer names a
+status."""
 
 from __future__ import annotations
 
@@ -14,6 +17,8 @@ from cli_proxy.failures import (
     CliMissing,
     CliTimeout,
     FailureKind,
+    InvalidRequest,
+    NotFound,
     ShuttingDown,
     SlotsBusy,
 )
@@ -100,6 +105,10 @@ def _retry_after(seconds: float | None) -> dict[str, str]:
 
 def api_error(exc: CallError) -> APIError:
     """The one place where a domain failure becomes an HTTP status and error body."""
+    if isinstance(exc, InvalidRequest):
+        return APIError(
+            404 if isinstance(exc, NotFound) else 400, exc.message, param=exc.param, code=exc.code
+        )
     if isinstance(exc, CliFailed):
         status, code = _KIND_STATUS[exc.kind]
         headers = _retry_after(exc.retry_after_s) if status == 429 else {}
