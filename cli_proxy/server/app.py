@@ -25,12 +25,12 @@ from cli_proxy.server.delivery import (
     DELIVERED,
     HEAD_SENT,
     SLOW,
-    ChatFormat,
     Format,
-    ResponsesFormat,
     deliver,
     json_response,
 )
+from cli_proxy.server.delivery.chat import ChatFormat
+from cli_proxy.server.delivery.responses import ResponsesFormat
 from cli_proxy.server.errors import APIError, api_error, validated
 from cli_proxy.server.guard import Guard
 from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
