@@ -15,6 +15,7 @@ import shlex
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -25,7 +26,23 @@ from cli_proxy.plan.spec import PrivateHome
 from cli_proxy.protocol import ChatCompletionRequest
 from cli_proxy.read.events import Failure
 from cli_proxy.read.events import StreamParser as StreamParser  # backends subclass it from here
+from cli_proxy.run import limits
 from cli_proxy.run.logins import Login
+
+
+@dataclass(frozen=True)
+class LoginState:
+    """What ``cli-proxy doctor`` says of a backend's login."""
+
+    present: bool | None  # None: cannot tell
+    detail: str
+
+
+def _tilde(path: Path, home: Path) -> str:
+    try:
+        return "~/" + str(path.relative_to(home))
+    except ValueError:
+        return str(path)
 
 
 @dataclass(frozen=True, slots=True)
@@ -85,6 +102,19 @@ class Backend(ABC):
     nesting_vars: ClassVar[frozenset[str]] = frozenset()
     """Variables a parent session of this CLI sets; inherited, they make any child CLI believe
     it is nested inside another agent session. Every backend's child env drops all of them."""
+    resident_mib: ClassVar[int] = limits.UNKNOWN_CLI_MIB
+    """Resident size of one CLI tree mid-call (RSS summed over the tree, MiB), measured with
+    the real binary through the gateway (``bench/capacity.py --only sizes``): the default
+    process bound divides the memory budget by the largest enabled backend's."""
+    at_rest_mib: ClassVar[int] = limits.UNKNOWN_CLI_MIB
+    """A spare waiting for its prompt (RSS, the same measurement at rest): what the warm
+    pool holds (``cli-proxy doctor``)."""
+    login_files: ClassVar[tuple[str, ...]] = ()
+    """Files below HOME holding a login the CLI serves with (any one is a login: doctor)."""
+    login_vars: ClassVar[tuple[str, ...]] = ()
+    """Variables holding an API key or token the CLI serves with (any one set is a login)."""
+    login_how: ClassVar[str] = ""
+    """How a user logs this CLI in (doctor's advice when there is no login)."""
 
     def __init__(
         self,
@@ -118,6 +148,26 @@ class Backend(ABC):
         """The refreshing login a CLI started with ``env`` would use (``logins.py``), or None
         when there is nothing to refresh (an API key, a long-lived token)."""
         return None
+
+    @classmethod
+    def login_state(cls, env: Mapping[str, str], home: Path, drop: frozenset[str]) -> LoginState:
+        """Whether the CLI has a login to serve with (``cli-proxy doctor``): a login file below
+        ``home`` or a key variable the gateway passes on. Names the file or variable, never
+        its content."""
+        if not cls.login_files and not cls.login_vars:
+            return LoginState(None, "unknown (no login check for this backend)")
+        for path in cls.login_paths(env, home):
+            if path.is_file():
+                return LoginState(True, _tilde(path, home))
+        for var in cls.login_vars:
+            if env.get(var) and var not in drop:
+                return LoginState(True, f"${var} set")
+        return LoginState(False, f"none: {cls.login_how}")
+
+    @classmethod
+    def login_paths(cls, env: Mapping[str, str], home: Path) -> list[Path]:
+        """Where the login files are for this environment (``login_files`` below HOME)."""
+        return [home / rel for rel in cls.login_files]
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         """The bytes first written to the CLI's stdin (then closed, unless ``duplex``): the
@@ -366,11 +416,16 @@ def register(cls: type[Backend]) -> type[Backend]:
     if _REGISTRY.get(name, cls) is not cls:
         raise ValueError(f"a backend named {name!r} is already registered")
     _REGISTRY[name] = cls
+    # the bounds (run/limits.py) size the process budget by each registered CLI
+    limits.CLI_RESIDENT_MIB[name] = cls.resident_mib
+    limits.CLI_AT_REST_MIB[name] = cls.at_rest_mib
     return cls
 
 
 def unregister(name: str) -> None:
     _REGISTRY.pop(name, None)
+    limits.CLI_RESIDENT_MIB.pop(name, None)
+    limits.CLI_AT_REST_MIB.pop(name, None)
 
 
 def backend_class(name: str) -> type[Backend]:

@@ -18,7 +18,6 @@ import re
 import shutil
 import signal
 import subprocess
-import sys
 from collections.abc import Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
@@ -26,7 +25,8 @@ from importlib import resources
 from pathlib import Path
 
 from cli_proxy import __version__
-from cli_proxy.backends import backend_class
+from cli_proxy.backends import backend_class, names
+from cli_proxy.backends.base import LoginState
 from cli_proxy.config import Settings
 from cli_proxy.run.containment import BwrapLauncher, PdeathsigLauncher, default_work_root
 from cli_proxy.run.limits import CLI_AT_REST_MIB
@@ -58,70 +58,11 @@ def pinned_clis() -> dict[str, Pin]:
     return {n: Pin(v["VERSION"], v.get("NPM")) for n, v in found.items() if "VERSION" in v}
 
 
-@dataclass(frozen=True)
-class LoginPlace:
-    """Where a CLI keeps the login it serves with: files below HOME (any one is a login) and
-    variables (any one set is an API key or token). ``how`` says how to log in."""
-
-    files: tuple[str, ...]
-    variables: tuple[str, ...]
-    how: str
-
-
-# What each CLI reads its login from (the backends link or pass exactly these). The login
-# gate (expiry, refresh) will answer this question more precisely; ``login_state`` is the
-# one place doctor asks it.
-LOGINS: dict[str, LoginPlace] = {
-    "claude": LoginPlace(
-        (".claude/.credentials.json",),
-        ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN"),
-        "run `claude` and /login, or set ANTHROPIC_API_KEY",
-    ),
-    "gemini": LoginPlace(
-        (".gemini/oauth_creds.json",),
-        ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS"),
-        "run `gemini` once and log in, or set GEMINI_API_KEY",
-    ),
-    "codex": LoginPlace(
-        (".codex/auth.json",),
-        ("CODEX_API_KEY",),
-        "run `codex login`, or set CODEX_API_KEY",
-    ),
-}
-
-
-@dataclass(frozen=True)
-class LoginState:
-    present: bool | None  # None: cannot tell (a backend doctor knows nothing about)
-    detail: str
-
-
 def login_state(name: str, env: Mapping[str, str], home: Path, drop: frozenset[str]) -> LoginState:
-    """Whether ``name``'s CLI has a login to serve with: a login file below ``home`` or a key
-    variable the gateway passes on. Names the file or variable, never its content."""
-    place = LOGINS.get(name)
-    if place is None:
+    """Whether ``name``'s CLI has a login to serve with (the backend knows where it is)."""
+    if name not in names():
         return LoginState(None, "unknown (no login check for this backend)")
-    if name == "claude" and env.get("CLAUDE_CONFIG_DIR"):
-        files = [Path(env["CLAUDE_CONFIG_DIR"]) / ".credentials.json"]
-    else:
-        files = [home / rel for rel in place.files]
-    for path in files:
-        if path.is_file():
-            return LoginState(True, f"{_tilde(path, home)}")
-    for var in place.variables:
-        if env.get(var) and var not in drop:
-            return LoginState(True, f"${var} set")
-    if name == "claude" and sys.platform == "darwin":
-        return LoginState(None, "no credentials file (may be in the macOS keychain)")
-    return LoginState(False, f"none: {place.how}")
-
-
-def _tilde(path: Path, home: Path) -> str:
-    try:
-        return "~/" + str(path.relative_to(home))
-    except ValueError:
-        return str(path)
+    return backend_class(name).login_state(env, home, drop)
 
 
 @dataclass(frozen=True)
@@ -280,8 +221,8 @@ def capacity_line(settings: Settings) -> str:
 
 
 def fixtures_line(settings: Settings, any_live: bool) -> str:
-    from cli_proxy.commands.main import shipped_fixtures
-    from cli_proxy.fixtures import FixtureError, FixtureStore
+    from cli_proxy.fixtures.sources import shipped_fixtures
+    from cli_proxy.fixtures.store import FixtureError, FixtureStore
 
     directory = settings.replay_dir or shipped_fixtures()
     try:

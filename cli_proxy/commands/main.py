@@ -8,10 +8,8 @@ import contextlib
 import ctypes
 import ctypes.util
 import os
-import shutil
 import signal
 import sys
-from importlib import resources
 from pathlib import Path
 from typing import Any
 
@@ -19,9 +17,9 @@ from aiohttp import web
 
 from cli_proxy import __version__
 from cli_proxy.backends import names
-from cli_proxy.backends.base import split_command
 from cli_proxy.config import Settings
-from cli_proxy.gateway import Gateway, LiveBackends, PlanSource
+from cli_proxy.fixtures.sources import make_gateway
+from cli_proxy.gateway import Gateway
 from cli_proxy.logs import configure, log
 from cli_proxy.run.containment import enable_subreaper
 from cli_proxy.server.app import create_app
@@ -102,73 +100,6 @@ def settings_from_args(args: argparse.Namespace) -> Settings:
         else:
             overrides[k] = v
     return Settings(**overrides)
-
-
-def missing_binaries(settings: Settings) -> list[str]:
-    return [
-        name
-        for name in settings.backends
-        if shutil.which(split_command(settings.options_for(name).bin)[0]) is None
-    ]
-
-
-def shipped_fixtures() -> Path:
-    """The recorded fixtures served when no CLI is found: the installed package's copy (a
-    wheel maps the top-level fixtures/ to ``cli_proxy/_fixtures``), else the checkout's
-    fixtures/. Never the working directory's: ``cli-proxy serve`` runs from anywhere."""
-    packaged = resources.files("cli_proxy").joinpath("_fixtures")
-    if isinstance(packaged, Path) and packaged.is_dir():
-        return packaged
-    return Path(__file__).resolve().parent.parent / "fixtures"
-
-
-def make_gateway(settings: Settings) -> tuple[Gateway, str]:
-    """The gateway for these settings and a sentence saying what it serves."""
-    from cli_proxy.fixtures import Recorder, RecordMode, Redactor, ReplaySource
-
-    source: PlanSource
-    missing = missing_binaries(settings)
-    live = [b for b in settings.backends if b not in missing]
-    recording_replays = False
-    if settings.replay_dir is not None:
-        if settings.record_dir is not None and live:
-            # replay what matches, send misses to the live CLI and record them
-            source = ReplaySource.load(
-                settings.replay_dir,
-                settings,
-                mode=RecordMode.NEW_EPISODES,
-                live=LiveBackends.from_settings(settings, live),
-                record_dir=settings.record_dir,
-            )
-            recording_replays = True
-        else:
-            source = ReplaySource.load(settings.replay_dir, settings)
-        mode = f"replay mode: answering from {len(source.store)} fixtures in {settings.replay_dir}"
-    else:
-        if not live:
-            fixtures = shipped_fixtures()
-            source = ReplaySource.load(fixtures, settings)
-            flags = " / ".join(f"--{b}-bin" for b in settings.backends)
-            mode = (
-                f"no CLI found ({', '.join(missing)} not on PATH): REPLAY MODE, serving "
-                f"{len(source.store)} recorded fixtures from {fixtures}; install a CLI or set "
-                f"{flags} to answer live"
-            )
-        else:
-            source = LiveBackends.from_settings(settings, live)
-            mode = f"live mode: backends {', '.join(live)}" + (
-                f" (not found: {', '.join(missing)})" if missing else ""
-            )
-    gateway = Gateway(settings, source)
-    if recording_replays and isinstance(source, ReplaySource):
-        gateway.sink_for = source.sink_for
-        mode += f"; misses go to the live CLIs ({', '.join(live)}) and are recorded to "
-        mode += f"{settings.record_dir}"
-    elif settings.record_dir is not None:
-        recorder = Recorder(settings.record_dir, Redactor.from_settings(settings))
-        gateway.sink_for = recorder.sink_for
-        mode += f"; recording every live call to {settings.record_dir}"
-    return gateway, mode
 
 
 def _return_large_buffers_to_the_os() -> None:
@@ -256,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines), flush=True)
         return status
     configure(settings.log_level, bool(settings.log_json))
-    from cli_proxy.fixtures import FixtureError
+    from cli_proxy.fixtures.store import FixtureError
 
     try:
         asyncio.run(serve(settings))

@@ -43,13 +43,12 @@ import psutil
 
 from cli_proxy.run.proctree import tree
 
-# Resident size of one CLI tree (RSS, summed over the tree, rounded up), measured with the
-# real binaries through the gateway by bench/capacity.py (docs/performance.md): claude 152
-# at rest, 193 mid-call, ~300 for a moment while it starts; gemini 355 at rest; codex 106
-# at rest, 166 mid-call. RSS, not PSS: a deployment's other processes share few pages.
-CLI_RESIDENT_MIB: dict[str, int] = {"claude": 250, "gemini": 400, "codex": 200}
-# A spare waiting for its prompt (RSS, the same measurement at rest): what the warm pool holds.
-CLI_AT_REST_MIB: dict[str, int] = {"claude": 150, "gemini": 350, "codex": 100}
+# Resident size of one CLI tree mid-call and at rest (a spare), per registered backend:
+# each backend states its measured sizes (``Backend.resident_mib`` / ``at_rest_mib``) and
+# registering it (``backends.base.register``) enters them here. RSS, not PSS: a
+# deployment's other processes share few pages.
+CLI_RESIDENT_MIB: dict[str, int] = {}
+CLI_AT_REST_MIB: dict[str, int] = {}
 UNKNOWN_CLI_MIB = 400  # a backend not measured yet: assume the largest
 MEMORY_SHARE = 0.5  # of the machine's memory, for CLIs; the rest: OS, page cache, gateway
 PROCESS_CEILING = 64  # open pipes, pids and one event loop: more needs a measured reason

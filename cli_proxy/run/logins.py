@@ -1,5 +1,8 @@
 """The login gate: the user's subscription login is shared by every call and refreshed once.
 
+Each backend reads its own CLI's login file (``backends/<name>/login.py``) into a ``Login``
+with the readers below; the gate knows no CLI.
+
 Users run the gateway on their CLI's OAuth login (``~/.codex/auth.json``,
 ``~/.claude/.credentials.json``, ``~/.gemini/oauth_creds.json``). Its access token expires
 every few hours and the CLI then spends the refresh token, which the providers make
@@ -31,7 +34,7 @@ import math
 import os
 import threading
 import time
-from collections.abc import AsyncIterator, Callable, Mapping
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
@@ -116,14 +119,6 @@ class Login:
         return f"{self.kind} ({self.path}; access token {when})"
 
 
-RELOGIN = {
-    "codex": "codex login",  # `codex login --device-auth` on a host without a browser
-    "claude": "claude, then /login (for an unattended gateway: `claude setup-token` and "
-    "CLI_PROXY_CLAUDE__OAUTH_TOKEN)",
-    "gemini": "gemini, then choose Login with Google",
-}
-"""The command that logs each CLI in again, named in a ``login_expired`` error."""
-
 # ---------------------------------------------------------------- reading expiries
 
 
@@ -139,103 +134,19 @@ def jwt_claims(token: object) -> dict[str, Any] | None:
     return claims if isinstance(claims, dict) else None
 
 
-def _number(value: object) -> float | None:
+def number(value: object) -> float | None:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
         return None
     return float(value)
 
 
-def _iso_time(value: object) -> float | None:
+def iso_time(value: object) -> float | None:
     if not isinstance(value, str):
         return None
     try:
         return datetime.fromisoformat(value.replace("Z", "+00:00")).timestamp()
     except ValueError:
         return None
-
-
-CODEX_REFRESH_INTERVAL_S = 8 * 24 * 3600.0
-"""codex refreshes a login whose ``last_refresh`` is older than 8 days, expired or not."""
-
-
-def codex_login(auth: Path, env: Mapping[str, str]) -> Login | None:
-    """A ChatGPT login in ``auth.json`` (None for an API key: nothing to refresh)."""
-    if env.get("CODEX_API_KEY"):
-        return None
-    data = read_json(auth)
-    tokens = data.get("tokens") if data is not None else None
-    if not isinstance(tokens, dict) or not tokens.get("refresh_token"):
-        return None
-    claims = jwt_claims(tokens.get("access_token")) or {}
-    ends = [
-        t
-        for t in (
-            _number(claims.get("exp")),
-            (_iso_time((data or {}).get("last_refresh")) or math.nan) + CODEX_REFRESH_INTERVAL_S,
-        )
-        if t is not None and math.isfinite(t)
-    ]
-    return Login(
-        "codex",
-        str(auth),
-        "chatgpt",
-        min(ends) if ends else None,
-        file_key(auth),
-        RELOGIN["codex"],
-    )
-
-
-CLAUDE_ENV_LOGINS = ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN")
-"""Any of these in the CLI's environment replaces the refreshing login (never refreshed)."""
-
-
-def claude_credentials(home: str, env: Mapping[str, str]) -> Path:
-    config = env.get("CLAUDE_CONFIG_DIR")
-    return Path(config or os.path.join(home, ".claude")) / ".credentials.json"
-
-
-def claude_login(home: str, env: Mapping[str, str]) -> Login | None:
-    """The claude.ai login in ``.credentials.json`` (``claudeAiOauth.expiresAt``, in ms)."""
-    if any(env.get(name) for name in CLAUDE_ENV_LOGINS):
-        return None
-    path = claude_credentials(home, env)
-    data = read_json(path)
-    oauth = data.get("claudeAiOauth") if data is not None else None
-    if not isinstance(oauth, dict) or not oauth.get("refreshToken"):
-        return None
-    ms = _number(oauth.get("expiresAt"))
-    return Login(
-        "claude",
-        str(path),
-        "claude.ai oauth",
-        ms / 1000 if ms is not None else None,
-        file_key(path),
-        RELOGIN["claude"],
-    )
-
-
-GEMINI_OAUTH_TYPES = ("oauth-personal", "cloud-shell")
-
-
-def gemini_login(creds: Path, auth_type: str | None, env: Mapping[str, str]) -> Login | None:
-    """The Google login in ``oauth_creds.json`` (``expiry_date``, in ms), when it is the one
-    in use (not an API key or Vertex AI)."""
-    if auth_type is not None and auth_type not in GEMINI_OAUTH_TYPES:
-        return None
-    if auth_type is None and (env.get("GEMINI_API_KEY") or env.get("GOOGLE_API_KEY")):
-        return None
-    data = read_json(creds)
-    if data is None or not data.get("refresh_token"):
-        return None
-    ms = _number(data.get("expiry_date"))
-    return Login(
-        "gemini",
-        str(creds),
-        "google oauth",
-        ms / 1000 if ms is not None else None,
-        file_key(creds),
-        RELOGIN["gemini"],
-    )
 
 
 # ---------------------------------------------------------------- the gate

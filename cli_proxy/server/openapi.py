@@ -21,6 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from cli_proxy import __version__
+from cli_proxy.backends import backend_class, names
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.protocol import (
     ChatCompletion,
@@ -201,6 +202,23 @@ def _json_text(schema: dict[str, Any]) -> dict[str, Any]:
     return {"type": "string", "contentMediaType": JSON, "contentSchema": schema}
 
 
+def _backends() -> list[dict[str, Any]]:
+    """What each registered backend serves, from the registry (``x-backends``)."""
+    out = []
+    for name in names():
+        cls = backend_class(name)
+        out.append(
+            {
+                "name": name,
+                "model_prefixes": list(cls.model_prefixes),
+                "aliases": list(cls.aliases),
+                "models": list(cls.known_models),
+                "explicit": f"{name}/<model>",
+            }
+        )
+    return out
+
+
 def build_document() -> dict[str, Any]:
     """The OpenAPI 3.1 document (uncached; ``document()`` caches it)."""
     schemas, top = models_json_schema(_MODELS, ref_template=REF)
@@ -355,10 +373,12 @@ def build_document() -> dict[str, Any]:
         "info": {
             "title": "cli-proxy",
             "version": __version__,
-            "description": "OpenAI-compatible gateway that runs a CLI (claude, gemini, "
-            "codex) as its model. Every path is also served without the /v1 prefix. "
+            "description": "OpenAI-compatible gateway that runs a CLI "
+            f"({', '.join(names())}) as its model. Every path is also served without the "
+            "/v1 prefix. "
             'Errors are always {"error": {message, type, param, code}}.',
         },
+        "x-backends": _backends(),
         "paths": paths,
         "components": {
             "schemas": components,
@@ -374,16 +394,20 @@ def build_document() -> dict[str, Any]:
     }
 
 
-@functools.cache
 def document() -> dict[str, Any]:
-    """The document, built once per process."""
+    """The document, built once per set of registered backends."""
+    return _document(names())
+
+
+@functools.cache
+def _document(backends: tuple[str, ...]) -> dict[str, Any]:
     return build_document()
 
 
 @functools.cache
-def _encoded() -> bytes:
-    return json_bytes(document())
+def _encoded(backends: tuple[str, ...]) -> bytes:
+    return json_bytes(_document(backends))
 
 
 async def openapi_json(request: web.Request) -> web.Response:
-    return web.Response(body=_encoded(), content_type=JSON)
+    return web.Response(body=_encoded(names()), content_type=JSON)

@@ -1,72 +1,24 @@
 """A backend defined and registered from the tests alone serves calls through the gateway:
-the proof that a new CLI needs its own module and one registration, nothing in cli_proxy/."""
+the proof that a new CLI needs its own folder (tests/backends/echo/) and one registration,
+nothing in cli_proxy/: it is served, limited, doctored and documented in /openapi.json."""
 
 from __future__ import annotations
 
+import os
 import sys
 from collections.abc import Iterator
 from pathlib import Path
 
+import aiohttp
 import pytest
 
 from cli_proxy.backends import register
-from cli_proxy.backends.base import (
-    Backend,
-    BackendOptions,
-    LaunchOptions,
-    StreamParser,
-    empty_answer,
-    load_json_line,
-)
 from cli_proxy.backends.registry import unregister
 from cli_proxy.gateway import Gateway, live_backends
-from cli_proxy.plan.prompt import Prompt
-from cli_proxy.protocol import ChatCompletionRequest
-from cli_proxy.read.events import CliEvent, CliText, UsageReport
+from tests.backends.echo import EchoBackend, EchoOptions
 from tests.conftest import ServeFactory, fake_settings
 
 ECHO_CLI = Path(__file__).resolve().parents[1] / "fakes" / "echo_cli.py"
-
-
-class EchoOptions(BackendOptions):
-    bin: str = "echo-cli"
-    shout: bool = False
-
-
-class EchoParser(StreamParser):
-    def __init__(self, shout: bool = False) -> None:
-        self.done = False
-        self.seen = False
-        self.shout = shout
-
-    def feed(self, line: bytes) -> list[CliEvent]:
-        obj = load_json_line(line)
-        if obj is None:
-            return []
-        if isinstance(obj.get("say"), str):
-            self.seen = True
-            return [CliText(obj["say"])]
-        done = obj.get("done")
-        if isinstance(done, dict):
-            self.done = True
-            return [UsageReport(int(done["in"]), int(done["out"]))]
-        return []
-
-    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
-        return [] if self.seen else [empty_answer("echo")]
-
-
-class EchoBackend(Backend):
-    name = "echo"
-    options_model = EchoOptions
-    model_prefixes = ("echo-",)
-    known_models = ("echo-1",)
-
-    def argv(self, launch: LaunchOptions) -> list[str]:
-        return [*self.command, "--model", launch.model]
-
-    def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> StreamParser:
-        return EchoParser()
 
 
 @pytest.fixture
@@ -112,3 +64,39 @@ def test_backend_settings_are_validated_by_the_backend(
         fake_settings(echo={"typo": 1})
     with pytest.raises(ValueError, match="unknown backend"):
         fake_settings(backends=["nope"])
+
+
+async def test_a_registered_backend_is_limited_doctored_and_documented(
+    echo_registered: None, serve: ServeFactory, tmp_path: Path
+) -> None:
+    """The rest of the gateway reads the new backend through the interface alone: its size
+    in the bounds, its cap per backend, its login facts in doctor, its models in the
+    OpenAPI document."""
+    from cli_proxy.commands.doctor import check_backend
+    from cli_proxy.run import limits
+    from cli_proxy.server.openapi import document
+
+    bin_ = f"{sys.executable} {ECHO_CLI}"
+    settings = fake_settings(backends=["echo"], echo={"bin": bin_, "max_concurrency": 2})
+    bounds, _ = limits.from_settings(settings)
+    assert bounds.cli_mib == EchoBackend.resident_mib and bounds.per_backend == {"echo": 2}
+    assert limits.Bounds.derive(["echo"], memory_bytes=2**30).max_processes == 512 // 64
+
+    report = check_backend("echo", settings, {"PATH": os.defpath}, tmp_path)
+    assert report.login.present is False and "ECHO_API_KEY" in report.login.detail
+    (tmp_path / ".echo").mkdir()
+    (tmp_path / ".echo" / "login.json").write_text("{}")
+    report = check_backend("echo", settings, {"PATH": os.defpath}, tmp_path)
+    assert report.login.present and report.login.detail == "~/.echo/login.json"
+
+    served = await serve(Gateway(settings, live_backends(settings)))
+    async with aiohttp.ClientSession() as http:
+        async with http.get(served.server.make_url("/openapi.json")) as r:
+            doc = await r.json()
+        async with http.get(served.server.make_url("/health")) as r:
+            health = await r.json()
+    echo = next(b for b in doc["x-backends"] if b["name"] == "echo")
+    assert echo["models"] == ["echo-1"] and echo["model_prefixes"] == ["echo-"]
+    assert "echo" in doc["info"]["description"]
+    assert health["bounds"]["per_backend"] == {"echo": 2}
+    assert document()["x-backends"] == doc["x-backends"]  # one document per registry

@@ -17,7 +17,7 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from cli_proxy.backends.claude import ClaudeBackend
-from cli_proxy.fixtures import normalized_request, request_key
+from cli_proxy.fixtures.keys import normalized_request, request_key
 from cli_proxy.plan.images import ImageError, ImageLimits, extract, sniff
 from cli_proxy.plan.prompt import render
 from cli_proxy.protocol import ChatCompletionRequest

@@ -17,22 +17,17 @@ import pytest
 
 from cli_proxy.backends.base import classify_failure, exit_failure
 from cli_proxy.backends.claude import ClaudeParser
+from cli_proxy.backends.claude.login import claude_login
 from cli_proxy.backends.codex import CodexParser
+from cli_proxy.backends.codex.login import codex_login
 from cli_proxy.backends.gemini import GeminiParser
+from cli_proxy.backends.gemini.login import gemini_login
 from cli_proxy.failures import CliFailed, FailureKind, SlotsBusy
 from cli_proxy.plan.spec import LaunchSpec, PrivateHome
 from cli_proxy.read.events import Failure
 from cli_proxy.run.containment import BwrapLauncher, PdeathsigLauncher
 from cli_proxy.run.limits import Bounds
-from cli_proxy.run.logins import (
-    Login,
-    LoginGate,
-    claude_login,
-    codex_login,
-    file_key,
-    gemini_login,
-    read_json,
-)
+from cli_proxy.run.logins import Login, LoginGate, file_key, read_json
 from cli_proxy.run.supervisor import Supervisor
 from cli_proxy.server.errors import api_error
 from tests.conftest import ServeFactory, fake

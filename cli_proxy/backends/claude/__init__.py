@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import json
+import sys
 import time
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Any, ClassVar
 
 from pydantic import SecretStr
@@ -13,6 +15,7 @@ from cli_proxy.backends.base import (
     Backend,
     BackendOptions,
     LaunchOptions,
+    LoginState,
     StreamParser,
     as_int,
     classify_failure,
@@ -21,6 +24,7 @@ from cli_proxy.backends.base import (
     kind_for_status,
     load_json_line,
 )
+from cli_proxy.backends.claude.login import RELOGIN, claude_credentials, claude_login
 from cli_proxy.backends.system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 from cli_proxy.failures import FailureKind
 from cli_proxy.plan.prompt import Prompt
@@ -34,7 +38,7 @@ from cli_proxy.read.events import (
     Truncated,
     UsageReport,
 )
-from cli_proxy.run.logins import RELOGIN, Login, claude_login
+from cli_proxy.run.logins import Login
 
 # OpenAI reasoning levels -> ``claude --effort`` (low, medium, high, xhigh, max). claude has no
 # level without thinking in --effort; "none" and "minimal" take its lowest.
@@ -74,6 +78,13 @@ class ClaudeBackend(Backend):
     aliases = ("sonnet", "opus", "haiku")
     home_paths = (".claude", ".claude.json", ".config/claude")
     accepts_images = True  # stream-json image blocks, in place
+    # measured (bench/capacity.py, docs/performance.md): 152 MiB at rest, 193 mid-call,
+    # ~300 for a moment while it starts
+    resident_mib = 250
+    at_rest_mib = 150
+    login_files = (".claude/.credentials.json",)
+    login_vars = ("ANTHROPIC_API_KEY", "ANTHROPIC_AUTH_TOKEN", "CLAUDE_CODE_OAUTH_TOKEN")
+    login_how = "run `claude` and /login, or set ANTHROPIC_API_KEY"
     known_models = (
         "claude-sonnet-4-6",
         "claude-opus-4-6",
@@ -162,6 +173,17 @@ class ClaudeBackend(Backend):
 
     def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
         return claude_login(user_home, env)
+
+    @classmethod
+    def login_paths(cls, env: Mapping[str, str], home: Path) -> list[Path]:
+        return [claude_credentials(str(home), env)]
+
+    @classmethod
+    def login_state(cls, env: Mapping[str, str], home: Path, drop: frozenset[str]) -> LoginState:
+        state = super().login_state(env, home, drop)
+        if state.present is False and sys.platform == "darwin":
+            return LoginState(None, "no credentials file (may be in the macOS keychain)")
+        return state
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         """One stream-json user message whose content blocks are the prompt's blocks (a block
@@ -348,7 +370,7 @@ class ClaudeParser(StreamParser):
                 # the CLI already re-asked the model to continue; keep what it wrote
                 events.append(Truncated(message))
                 return events
-            failure = classify_failure(message, RELOGIN["claude"])
+            failure = classify_failure(message, RELOGIN)
             status = obj.get("api_error_status")
             if isinstance(status, int) and 400 <= status < 600:
                 kind = kind_for_status(status, failure.kind)
@@ -372,7 +394,7 @@ class ClaudeParser(StreamParser):
         if self._failed:
             return []
         if exit_code != 0:
-            return [exit_failure(exit_code, stderr, "claude", RELOGIN["claude"])]
+            return [exit_failure(exit_code, stderr, "claude", RELOGIN)]
         if not self._text_seen:
             return [empty_answer("claude")]
         return []
