@@ -185,7 +185,7 @@ def containment_line(settings: Settings) -> str:
     setpriv = "setpriv" if PdeathsigLauncher._setpriv else "a preexec hook (full fork, ~5 ms)"
     return (
         f"pdeathsig fallback ({why}; via {setpriv}; work dirs in {work}). It costs: prompt "
-        "caching (each call's own work dir path is in its prompt; claude measured 27% of "
+        "caching (each call's own work dir path is in its prompt; one CLI measured 27% of "
         "input read from cache instead of 95%), and a kill -9 of the gateway leaves escaped "
         "grandchildren running. Install bubblewrap (apt-get install bubblewrap)"
     )

@@ -12,6 +12,7 @@ import contextlib
 import ctypes
 import functools
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -290,14 +291,10 @@ class BwrapLauncher(Launcher):
         return f"{self.name} (PID namespace, private /tmp, HOME limited to each CLI's state)"
 
 
-CA_FILE_VARS: tuple[str, ...] = (
-    "NODE_EXTRA_CA_CERTS",
-    "SSL_CERT_FILE",
-    "SSL_CERT_DIR",
-    "REQUESTS_CA_BUNDLE",
-    "CODEX_CA_CERTIFICATE",
-)
-"""Variables naming CA certificates the CLI must read (a corporate proxy's CA, say)."""
+CA_FILE_VAR = re.compile(r"(?:^SSL_CERT_(?:FILE|DIR)|_CA_(?:CERTS|CERTIFICATE|BUNDLE))$")
+"""Variables naming CA certificates the CLI must read (a corporate proxy's CA, say):
+``NODE_EXTRA_CA_CERTS``, ``SSL_CERT_FILE``/``_DIR``, ``REQUESTS_CA_BUNDLE`` and a CLI's
+own (``<NAME>_CA_CERTIFICATE``), whichever its environment allowlist passes on."""
 
 
 def _ro_binds_named(env: Mapping[str, str], hidden: tuple[str, ...]) -> list[str]:
@@ -305,9 +302,8 @@ def _ro_binds_named(env: Mapping[str, str], hidden: tuple[str, ...]) -> list[str
     (below /tmp or HOME): without them a CLI behind a TLS-inspecting proxy cannot connect."""
     out: list[str] = []
     roots = tuple(h.rstrip("/") + "/" for h in hidden if h and h != "/")
-    for var in CA_FILE_VARS:
-        path = env.get(var, "")
-        if path.startswith(roots) and os.path.exists(path):
+    for var, path in env.items():
+        if CA_FILE_VAR.search(var) and path.startswith(roots) and os.path.exists(path):
             out += ["--ro-bind", path, path]
     return out
 
