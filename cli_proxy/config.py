@@ -15,9 +15,9 @@ from typing import Annotated, Any
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
-from cli_proxy.backends import names as backend_names
 from cli_proxy.backends.base import BackendOptions
 from cli_proxy.backends.registry import backend_class
+from cli_proxy.backends.registry import names as backend_names
 from cli_proxy.protocol import ReasoningEffort
 from cli_proxy.run.limits import (
     DEFAULT_IDLE_TIMEOUT_S,

@@ -15,8 +15,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Protocol
 
-from cli_proxy.backends import backend_class, names
 from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser
+from cli_proxy.backends.registry import backend_class, names
 from cli_proxy.config import Settings
 from cli_proxy.failures import CallError, InvalidRequest, NotFound
 from cli_proxy.plan.images import (

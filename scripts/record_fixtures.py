@@ -50,7 +50,7 @@ import openai
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from cli_proxy.backends import backend_class, names  # noqa: E402
+from cli_proxy.backends.registry import backend_class, names  # noqa: E402
 from cli_proxy.fixtures.keys import normalized_request, request_key  # noqa: E402
 from cli_proxy.fixtures.store import FixtureStore, load_fixture  # noqa: E402
 from cli_proxy.plan.routing import route  # noqa: E402

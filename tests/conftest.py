@@ -15,8 +15,8 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 from openai import AsyncOpenAI
 
-from cli_proxy.backends import backend_class
 from cli_proxy.backends.base import StreamParser
+from cli_proxy.backends.registry import backend_class
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.plan.prompt import render

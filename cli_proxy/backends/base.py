@@ -3,7 +3,7 @@
 A backend says how to start its CLI (argv, env, work-dir files), how the prompt is encoded
 on its stdin, which model names it serves, how to read its stdout, and which settings it
 takes. The gateway, routing, fixtures and ``cli`` loop over the registry
-(``backends/__init__.py``) and never name a backend.
+(``backends/registry.py``) and never name a backend.
 """
 
 from __future__ import annotations
@@ -401,7 +401,7 @@ def _last_lines(text: str, limit: int = 600) -> str:
 
 # ---------------------------------------------------------------- the registry
 # One table names every CLI the gateway can run. Built-in backends are registered in
-# ``backends/__init__.py`` (one line each); a test or a plugin can ``register`` another.
+# ``backends/registry.py`` (one line each); a test or a plugin can ``register`` another.
 # Backend names are closed over this table: settings, routing and fixtures accept only
 # registered names.
 

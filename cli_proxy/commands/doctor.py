@@ -25,8 +25,8 @@ from importlib import resources
 from pathlib import Path
 
 from cli_proxy import __version__
-from cli_proxy.backends import backend_class, names
 from cli_proxy.backends.base import LoginState
+from cli_proxy.backends.registry import backend_class, names
 from cli_proxy.config import Settings
 from cli_proxy.run.containment import BwrapLauncher, PdeathsigLauncher, default_work_root
 from cli_proxy.run.limits import CLI_AT_REST_MIB

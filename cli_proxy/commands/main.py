@@ -16,7 +16,7 @@ from typing import Any
 from aiohttp import web
 
 from cli_proxy import __version__
-from cli_proxy.backends import names
+from cli_proxy.backends.registry import names
 from cli_proxy.config import Settings
 from cli_proxy.fixtures.sources import make_gateway
 from cli_proxy.gateway import Gateway

@@ -21,7 +21,7 @@ from pydantic import BaseModel, ConfigDict
 from pydantic.json_schema import JsonSchemaMode, models_json_schema
 
 from cli_proxy import __version__
-from cli_proxy.backends import backend_class, names
+from cli_proxy.backends.registry import backend_class, names
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.protocol import (
     ChatCompletion,

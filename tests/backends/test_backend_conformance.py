@@ -16,7 +16,6 @@ from pathlib import Path
 
 import pytest
 
-from cli_proxy.backends import backend_class, names
 from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser, classify_failure
 from cli_proxy.backends.claude import ClaudeParser
 from cli_proxy.backends.codex import (
@@ -28,6 +27,7 @@ from cli_proxy.backends.codex import (
     CodexParser,
     seal_catalog,
 )
+from cli_proxy.backends.registry import backend_class, names
 from cli_proxy.failures import CliFailed, FailureKind
 from cli_proxy.plan.routing import route
 from cli_proxy.read.events import (

@@ -12,8 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from cli_proxy.backends import register
-from cli_proxy.backends.registry import unregister
+from cli_proxy.backends.registry import register, unregister
 from cli_proxy.gateway import Gateway, live_backends
 from tests.backends.echo import EchoBackend, EchoOptions
 from tests.conftest import ServeFactory, fake_settings

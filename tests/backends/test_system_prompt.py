@@ -15,7 +15,6 @@ from typing import Any
 
 import pytest
 
-from cli_proxy.backends import backend_class
 from cli_proxy.backends.codex import (
     FALLBACK_CATALOG,
     CodexBackend,
@@ -23,6 +22,7 @@ from cli_proxy.backends.codex import (
     seal_catalog,
 )
 from cli_proxy.backends.gemini import SYSTEM_MD
+from cli_proxy.backends.registry import backend_class
 from cli_proxy.backends.system_prompt import MINIMAL_SYSTEM_PROMPT
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.plan.spec import Plan

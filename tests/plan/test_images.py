@@ -214,9 +214,8 @@ async def test_images_elsewhere_than_user_and_tool_messages_are_refused(served: 
 async def test_a_backend_without_an_image_channel_says_so(serve: ServeFactory) -> None:
     """Every built-in backend has an image channel now (claude stream-json, gemini ACP, codex
     app-server); a backend without one refuses images before any process starts."""
-    from cli_proxy.backends import register
     from cli_proxy.backends.claude import ClaudeBackend
-    from cli_proxy.backends.registry import unregister
+    from cli_proxy.backends.registry import register, unregister
 
     class TextOnly(ClaudeBackend):
         name = "textonly"

@@ -9,8 +9,8 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from cli_proxy.backends import names
 from cli_proxy.backends.base import StreamParser, classify_failure, exit_failure, load_json_line
+from cli_proxy.backends.registry import names
 from cli_proxy.failures import FailureKind
 from cli_proxy.read.events import CliText, Failure, Truncated, UsageReport
 from tests.conftest import new_parser
