@@ -18,10 +18,12 @@ from cli_proxy.plan.spec import Plan, ResponseIds, new_call_id
 from cli_proxy.protocol import (
     CompletionTokensDetails,
     PromptTokensDetails,
+    ResponseFormat,
     Usage,
 )
 from cli_proxy.read.events import (
     CliEvent,
+    CliText,
     CliThinking,
     CliToolCall,
     Failure,
@@ -210,75 +212,16 @@ class Call:
                 self.pool.refill()  # a slot is free again: spares may start now
 
     async def _answer(self, run: CliRun) -> AsyncIterator[AnswerEvent]:
-        call = self.plan.call
-        parser = call.parser()
-        answer = AnswerParser(self._next_call_id) if call.tools_active else None
-        req = self.plan.request
-        rules = CallRules(
-            {t.function.name for t in req.tools or []}, req.parallel_tool_calls is not False
-        )
-        failure: Failure | None = None
-        truncated = False
-        fmt = req.response_format
-        json_mode = answer is None and fmt is not None and fmt.type != "text"
-        held: list[str] = []  # a response_format answer is checked whole before it is sent
-        size, limit = 0, self.supervisor.limits.max_answer_bytes
-        native_calls = 0  # calls made through the CLI's channel (native_tools backends)
+        """The CLI's output, line by line, through the backend's parser and ``AnswerReader``.
 
-        def consume(cli_events: list[CliEvent]) -> list[AnswerEvent]:
-            nonlocal failure, truncated, size, native_calls
-            out: list[AnswerEvent] = []
-            for ev in cli_events:
-                if isinstance(ev, Failure):
-                    failure = failure or ev
-                    self.outcome.failure = failure.kind
-                elif isinstance(ev, RateLimit):
-                    self.outcome.rate_limits.append(ev)
-                elif isinstance(ev, Truncated):
-                    truncated = True
-                elif isinstance(ev, UsageReport):
-                    self.outcome.usage = Usage(
-                        prompt_tokens=ev.prompt_tokens,
-                        completion_tokens=ev.completion_tokens,
-                        total_tokens=ev.prompt_tokens + ev.completion_tokens,
-                        prompt_tokens_details=PromptTokensDetails(cached_tokens=ev.cached_tokens),
-                        completion_tokens_details=CompletionTokensDetails(
-                            reasoning_tokens=ev.reasoning_tokens
-                        ),
-                    )
-                elif failure is None:
-                    text = ev.arguments if isinstance(ev, CliToolCall) else ev.text
-                    size += (
-                        len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
-                    )
-                    if size > limit:
-                        run.stats.killed = "answer_too_large"  # the caller's exit kills it
-                        raise CliFailed(
-                            FailureKind.ANSWER_TOO_LARGE,
-                            f"the answer exceeded the gateway's limit of {limit} bytes "
-                            "(max_answer_bytes)",
-                        )
-                    if isinstance(ev, CliThinking):
-                        out.append(ReasoningDelta(ev.text))
-                    elif isinstance(ev, CliToolCall):
-                        start = ToolCallStart(native_calls, self._next_call_id(), ev.name)
-                        args = ToolCallArgs(native_calls, ev.arguments)
-                        native_calls += 1
-                        out.extend(rules.apply([start, args]))
-                    elif answer is not None:
-                        out.extend(rules.apply(answer.feed(ev.text)))
-                    elif json_mode:
-                        held.append(ev.text)
-                    else:
-                        out.append(ContentDelta(ev.text))
-            return out
-
-        # After a failure the CLI is left to exit by itself (it is about to), so its
-        # exit code and stderr are known and the run can be recorded faithfully.
+        After a failure the CLI is left to exit by itself (it is about to), so its exit code
+        and stderr are known and the run can be recorded faithfully."""
+        parser = self.plan.call.parser()
+        reader = AnswerReader(self, run)
         async for line in run.lines(lambda: parser.wake_s):
             if self.sink is not None and line:  # b"": the parser's timer, not a line
                 self.sink.line(line)
-            events = consume(parser.feed(line))
+            events = reader.consume(parser.feed(line))
             run.send(parser.replies())  # a duplex protocol's next messages, in order
             for out in events:
                 yield out
@@ -286,36 +229,131 @@ class Call:
                 break
         # done: the CLI gets a short grace to exit; done with a failure, almost none (codex
         # asks the model again and again after a refused tool call until it is killed)
-        grace = (FAILED_GRACE_S if failure is not None else LINGER_GRACE_S) if parser.done else None
+        failed = reader.failure is not None
+        grace = (FAILED_GRACE_S if failed else LINGER_GRACE_S) if parser.done else None
         code = await run.wait(grace)
         if run.stats.killed == "lingered":
             code = 0  # killed by us after a complete result: not the CLI's failure
-        for out in consume(parser.finish(code, run.stderr)):
+        for out in reader.consume(parser.finish(code, run.stderr)):
             yield out
-        if failure is not None:
-            raise CliFailed(failure.kind, failure.message, failure.retry_after_s)
-        if json_mode and fmt is not None:
-            if truncated:  # cut off by the output limit: what came, with finish "length"
-                yield ContentDelta("".join(held))
-            else:
-                try:
-                    obj = checked("".join(held), fmt)
-                except JsonAnswerError as exc:
-                    raise CliFailed(FailureKind.INVALID_JSON, str(exc)) from None
-                yield ContentDelta(obj)
-        if answer is not None:
-            for out in rules.apply(answer.finish()):
-                yield out
-        if answer is not None or native_calls:
-            if rules.dropped and not rules.index and not rules.content:
-                names = ", ".join(sorted(set(rules.dropped)))
-                raise CliFailed(
-                    FailureKind.INVALID_ANSWER,
-                    f"the model called {names}, which the request does not allow "
-                    "(not in tools, or a second call with parallel_tool_calls false)",
-                )
-            self.outcome.finish_reason = "tool_calls" if rules.index else "stop"
-            if answer is not None and answer.cut_off:
-                self.outcome.finish_reason = "length"
-        if truncated:
-            self.outcome.finish_reason = "length"
+        for out in reader.finish():
+            yield out
+
+
+class AnswerReader:
+    """One call's CLI events -> answer events: the bookkeeping events (failure, usage, rate
+    limits, truncation) go to the call's outcome; content is sized against
+    ``max_answer_bytes`` and read as the request asks (tool-mode JSON through
+    ``AnswerParser``, native tool calls, a ``response_format`` answer held whole, or plain
+    text), then passed through the request's ``CallRules``."""
+
+    def __init__(self, call: Call, run: CliRun) -> None:
+        self.call, self.run = call, run
+        req = call.plan.request
+        self.parser = AnswerParser(call._next_call_id) if call.plan.call.tools_active else None
+        self.rules = CallRules(
+            {t.function.name for t in req.tools or []}, req.parallel_tool_calls is not False
+        )
+        self.format = req.response_format
+        self.json_mode = (
+            self.parser is None and self.format is not None and self.format.type != "text"
+        )
+        self.held: list[str] = []  # a response_format answer is checked whole before it is sent
+        self.size, self.limit = 0, call.supervisor.limits.max_answer_bytes
+        self.native_calls = 0  # calls made through the CLI's channel (native_tools backends)
+        self.failure: Failure | None = None
+        self.truncated = False
+
+    def consume(self, cli_events: list[CliEvent]) -> list[AnswerEvent]:
+        out: list[AnswerEvent] = []
+        for ev in cli_events:
+            if isinstance(ev, Failure | RateLimit | Truncated | UsageReport):
+                self._note(ev)
+            elif self.failure is None:
+                out.extend(self._content(ev))
+        return out
+
+    def _note(self, ev: Failure | RateLimit | Truncated | UsageReport) -> None:
+        """A bookkeeping event: into the call's outcome."""
+        outcome = self.call.outcome
+        if isinstance(ev, Failure):
+            self.failure = self.failure or ev
+            outcome.failure = self.failure.kind
+        elif isinstance(ev, RateLimit):
+            outcome.rate_limits.append(ev)
+        elif isinstance(ev, Truncated):
+            self.truncated = True
+        else:
+            outcome.usage = Usage(
+                prompt_tokens=ev.prompt_tokens,
+                completion_tokens=ev.completion_tokens,
+                total_tokens=ev.prompt_tokens + ev.completion_tokens,
+                prompt_tokens_details=PromptTokensDetails(cached_tokens=ev.cached_tokens),
+                completion_tokens_details=CompletionTokensDetails(
+                    reasoning_tokens=ev.reasoning_tokens
+                ),
+            )
+
+    def _content(self, ev: CliText | CliThinking | CliToolCall) -> list[AnswerEvent]:
+        """Text, thinking or a native tool call, once it is known to fit the limit."""
+        self._count(ev.arguments if isinstance(ev, CliToolCall) else ev.text)
+        if isinstance(ev, CliThinking):
+            return [ReasoningDelta(ev.text)]
+        if isinstance(ev, CliToolCall):
+            start = ToolCallStart(self.native_calls, self.call._next_call_id(), ev.name)
+            args = ToolCallArgs(self.native_calls, ev.arguments)
+            self.native_calls += 1
+            return self.rules.apply([start, args])
+        if self.parser is not None:
+            return self.rules.apply(self.parser.feed(ev.text))
+        if self.json_mode:
+            self.held.append(ev.text)
+            return []
+        return [ContentDelta(ev.text)]
+
+    def _count(self, text: str) -> None:
+        self.size += len(text) if text.isascii() else len(text.encode("utf-8", "surrogatepass"))
+        if self.size > self.limit:
+            self.run.stats.killed = "answer_too_large"  # the caller's exit kills it
+            raise CliFailed(
+                FailureKind.ANSWER_TOO_LARGE,
+                f"the answer exceeded the gateway's limit of {self.limit} bytes (max_answer_bytes)",
+            )
+
+    def finish(self) -> list[AnswerEvent]:
+        """After the CLI exited: the reported failure, the held JSON answer, the reply's
+        last events, and the finish reason."""
+        if self.failure is not None:
+            f = self.failure
+            raise CliFailed(f.kind, f.message, f.retry_after_s)
+        out: list[AnswerEvent] = []
+        if self.json_mode and self.format is not None:
+            out.append(self._json_answer(self.format))
+        if self.parser is not None:
+            out.extend(self.rules.apply(self.parser.finish()))
+        if self.parser is not None or self.native_calls:
+            self._check_calls()
+        if self.truncated:
+            self.call.outcome.finish_reason = "length"
+        return out
+
+    def _json_answer(self, fmt: ResponseFormat) -> ContentDelta:
+        if self.truncated:  # cut off by the output limit: what came, with finish "length"
+            return ContentDelta("".join(self.held))
+        try:
+            return ContentDelta(checked("".join(self.held), fmt))
+        except JsonAnswerError as exc:
+            raise CliFailed(FailureKind.INVALID_JSON, str(exc)) from None
+
+    def _check_calls(self) -> None:
+        rules, outcome = self.rules, self.call.outcome
+        if rules.dropped and not rules.index and not rules.content:
+            names = ", ".join(sorted(set(rules.dropped)))
+            raise CliFailed(
+                FailureKind.INVALID_ANSWER,
+                f"the model called {names}, which the request does not allow "
+                "(not in tools, or a second call with parallel_tool_calls false)",
+            )
+        outcome.finish_reason = "tool_calls" if rules.index else "stop"
+        if self.parser is not None and self.parser.cut_off:
+            outcome.finish_reason = "length"
