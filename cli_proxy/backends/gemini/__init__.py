@@ -60,10 +60,16 @@ from cli_proxy.run.logins import Login, read_json
 # model call per prompt and no loop detection: a model endpoint answers once, and the CLI's
 # loop check sent a second request ("System: Potential loop detected ...") for an answer that
 # quoted a repetitive prompt, then ended the call as max_turn_requests (docs/real-clis.md).
+# No GEMINI.md of a parent dir: gemini sends every GEMINI.md from its work dir up to the
+# nearest dir holding a boundary marker (default ``.git``), its @imports too, so a ``.git``
+# in any parent of the work root let the files up to it reach the model
+# (tests/data/real-cli/gemini-0.61.0-ancestor-instructions.md); no marker stops the walk at
+# the work dir itself, which holds only our files.
+CONTEXT_SETTINGS: dict[str, Any] = {"includeDirectoryTree": False, "memoryBoundaryMarkers": []}
 WORKSPACE_SETTINGS = {
     "tools": {"core": [], "useRipgrep": False},
     "general": {"maxAttempts": 1},
-    "context": {"includeDirectoryTree": False},
+    "context": CONTEXT_SETTINGS,
     "model": {"maxSessionTurns": 1, "disableLoopDetection": True},
 }
 # The user settings of the call's private GEMINI_CLI_HOME: the user's own are never read
@@ -74,7 +80,7 @@ USER_SETTINGS: dict[str, Any] = {
     "skills": {"enabled": False},
     "hooksConfig": {"enabled": False},
     "general": {"maxAttempts": 1},
-    "context": {"includeDirectoryTree": False},
+    "context": CONTEXT_SETTINGS,
 }
 # The login lives in these files of the user's ~/.gemini; they are linked, never copied.
 LOGIN_FILES = ("oauth_creds.json", "google_accounts.json", "installation_id")

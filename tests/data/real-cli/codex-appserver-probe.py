@@ -4,7 +4,7 @@
     .venv/bin/python tests/data/real-cli/codex-appserver-probe.py --codex PATH/codex \\
         --out tests/data/real-cli [CASE ...]
 
-For each case (a chat request, below) it starts ``tests/fake_model_api.py`` on 127.0.0.1,
+For each case (a chat request, below) it starts ``tests/fakes/fake_model_api.py`` on 127.0.0.1,
 builds the backend's own argv, env and private CODEX_HOME (as the gateway does), spawns the
 real binary in an empty temp work dir, writes the handshake, and then lets the backend's own
 ``CodexParser`` drive the call (its replies written after each stdout line) until it is done;
@@ -37,7 +37,7 @@ from cli_proxy.backends.codex import CodexBackend  # noqa: E402
 from cli_proxy.plan.images import ImageLimits, extract  # noqa: E402
 from cli_proxy.plan.prompt import PromptOptions, render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from tests.fake_model_api import start_fake_model_api  # noqa: E402
+from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
 PNG = (ROOT / "tests" / "data").glob("*.png")
 WEATHER = {

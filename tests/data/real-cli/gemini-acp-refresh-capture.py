@@ -35,10 +35,10 @@ from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.gemini import GeminiBackend, GeminiOptions  # noqa: E402
 from cli_proxy.plan.prompt import render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from tests.fake_code_assist import FakeCodeAssist  # noqa: E402
-from tests.fake_connect_proxy import ConnectProxy  # noqa: E402
-from tests.fake_model_api import start_fake_model_api  # noqa: E402
-from tests.fake_token_api import FakeTokenAPI  # noqa: E402
+from tests.fakes.fake_code_assist import FakeCodeAssist  # noqa: E402
+from tests.fakes.fake_connect_proxy import ConnectProxy  # noqa: E402
+from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
+from tests.fakes.fake_token_api import FakeTokenAPI  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "real-cli"
 STEM = "gemini-0.61.0-acp-refresh-invalid-grant"

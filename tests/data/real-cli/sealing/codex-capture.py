@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Record the REAL codex binary, run exactly as the gateway runs it, against the fake model
-API (tests/fake_model_api.py, OpenAI Responses endpoint) on loopback.
+API (tests/fakes/fake_model_api.py, OpenAI Responses endpoint) on loopback.
 
     .venv/bin/python tests/data/real-cli/sealing/codex-capture.py .cli/<dir>/node_modules/.bin/codex
 
@@ -29,7 +29,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.codex import CodexBackend, CodexOptions  # noqa: E402
-from tests.fake_model_api import start_fake_model_api  # noqa: E402
+from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "real-cli"
 CALL = '{"tool_call":{"name":"get_weather","arguments":{"city":"Paris"}}}'

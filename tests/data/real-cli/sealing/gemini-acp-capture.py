@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """Record the REAL gemini binary in ACP mode, driven exactly as the gateway drives it, against
-the fake model API (tests/fake_model_api.py, Gemini endpoint) on loopback.
+the fake model API (tests/fakes/fake_model_api.py, Gemini endpoint) on loopback.
 
     .venv/bin/python tests/data/real-cli/sealing/gemini-acp-capture.py PATH/TO/gemini [CASE...]
 
@@ -32,7 +32,7 @@ from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.gemini import GeminiBackend, GeminiOptions  # noqa: E402
 from cli_proxy.plan.prompt import render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from tests.fake_model_api import start_fake_model_api  # noqa: E402
+from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "real-cli"
 CALL = '{"tool_call":{"name":"get_weather","arguments":{"city":"Paris"}}}'
