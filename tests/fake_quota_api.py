@@ -8,12 +8,14 @@ model call with that body instead; ``usage`` answers codex's account usage read
 
 ``QuotaCodeAssist`` is tests/fake_code_assist.py with ``quota`` answering
 ``retrieveUserQuota``, ``load`` merged into the ``loadCodeAssist`` answer and ``error``
-answering ``streamGenerateContent``; ``calls`` records ``(method, body)`` of every call.
+answering ``streamGenerateContent``; ``calls`` records ``(method, body, time.monotonic())``
+of every call (the body of those two only).
 """
 
 from __future__ import annotations
 
 import json
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -80,12 +82,14 @@ class QuotaCodeAssist(FakeCodeAssist):
     quota: dict[str, Any] = field(default_factory=dict)
     load: dict[str, Any] = field(default_factory=dict)
     error: tuple[int, dict[str, Any]] | None = None
-    calls: list[tuple[str, Any]] = field(default_factory=list)
+    calls: list[tuple[str, Any, float]] = field(default_factory=list)  # + time.monotonic()
 
     async def _handle(self, request: web.Request) -> web.StreamResponse:
         method = request.path.rpartition(":")[2]
-        body = await request.json() if request.can_read_body else None
-        self.calls.append((method, body))
+        body = None  # read here only when not handed on (aiohttp's body is read once)
+        if method in ("retrieveUserQuota", "loadCodeAssist") and request.can_read_body:
+            body = await request.json()
+        self.calls.append((method, body, time.monotonic()))
         if method == "retrieveUserQuota":
             self.paths.append(request.path)
             return web.json_response(self.quota)
