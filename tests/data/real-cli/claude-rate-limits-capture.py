@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """What claude 2.1.197 prints about its subscription windows (``rate_limit_event``), run as
 the gateway runs it against a fake Messages API that sets Anthropic's unified rate-limit
-headers (tests/fake_quota_api.py).
+headers (tests/fakes/fake_quota_api.py).
 
     .venv/bin/python tests/data/real-cli/claude-rate-limits-capture.py PATH/TO/claude [CASE...]
 
@@ -30,7 +30,7 @@ from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.claude import ClaudeBackend  # noqa: E402
 from cli_proxy.prompt import render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from tests.fake_quota_api import QuotaModelAPI  # noqa: E402
+from tests.fakes.fake_quota_api import QuotaModelAPI  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 MODEL = "claude-sonnet-4-6"

@@ -1,6 +1,6 @@
 #!/usr/bin/env python3
 """What ``codex app-server`` (0.169.0) says about rate-limit windows, against a fake
-Responses API on loopback that sets codex's rate-limit headers (tests/fake_quota_api.py).
+Responses API on loopback that sets codex's rate-limit headers (tests/fakes/fake_quota_api.py).
 
     .venv/bin/python tests/data/real-cli/codex-rate-limits-capture.py PATH/TO/codex [CASE...]
 
@@ -31,8 +31,8 @@ sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.codex import QUIET, CodexBackend, rpc  # noqa: E402
-from tests.fake_quota_api import QuotaModelAPI  # noqa: E402
-from tests.fake_token_api import codex_auth_json  # noqa: E402
+from tests.fakes.fake_quota_api import QuotaModelAPI  # noqa: E402
+from tests.fakes.fake_token_api import codex_auth_json  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 NOW = 1795800000  # fixed "now" for the reset times, so the captures are stable

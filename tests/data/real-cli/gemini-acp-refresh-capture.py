@@ -5,7 +5,7 @@ token endpoint refuses (400 ``invalid_grant``), driven exactly as the gateway dr
     .venv/bin/python tests/data/real-cli/gemini-acp-refresh-capture.py PATH/TO/gemini [WAIT_S [TAG]]
 
 Everything is on loopback, as in tests/test_real_cli_logins.py: the fake token endpoint
-(tests/fake_token_api.py) reached through the CONNECT proxy (tests/fake_connect_proxy.py,
+(tests/fakes/fake_token_api.py) reached through the CONNECT proxy (tests/fakes/fake_connect_proxy.py,
 test CA in ``NODE_EXTRA_CA_CERTS``), the fake Code Assist API (``CODE_ASSIST_ENDPOINT``).
 argv, env, work-dir files and the private GEMINI_CLI_HOME (login files linked from the user's
 ~/.gemini) come from ``GeminiBackend``; stdin gets its ``encode_prompt`` (initialize,

@@ -6,8 +6,8 @@
 argv, env, work-dir files and the private GEMINI_CLI_HOME come from ``GeminiBackend``; stdin
 gets its ``encode_prompt`` (initialize, session/new) and then whatever its parser replies.
 ``oauth-*``: "Login with Google" (an expired access token refreshed through the loopback
-CONNECT proxy at tests/fake_token_api.py) against the fake Code Assist API
-(tests/fake_quota_api.py: ``retrieveUserQuota`` answers ``QUOTA``, ``loadCodeAssist`` adds
+CONNECT proxy at tests/fakes/fake_token_api.py) against the fake Code Assist API
+(tests/fakes/fake_quota_api.py: ``retrieveUserQuota`` answers ``QUOTA``, ``loadCodeAssist`` adds
 ``LOAD``). ``apikey-*``: ``GEMINI_API_KEY`` against the fake Gemini API. ``*-429-*``: every
 model call answers that 429 body. In ``oauth-slow-call`` the model answers after 31 s (the
 CLI re-reads the quota after a call when its copy is older than 30 s). Writes
@@ -34,9 +34,9 @@ from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.gemini import GeminiBackend, GeminiOptions  # noqa: E402
 from cli_proxy.prompt import render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
-from tests.fake_connect_proxy import ConnectProxy  # noqa: E402
-from tests.fake_quota_api import QuotaCodeAssist, QuotaModelAPI  # noqa: E402
-from tests.fake_token_api import FakeTokenAPI  # noqa: E402
+from tests.fakes.fake_connect_proxy import ConnectProxy  # noqa: E402
+from tests.fakes.fake_quota_api import QuotaCodeAssist, QuotaModelAPI  # noqa: E402
+from tests.fakes.fake_token_api import FakeTokenAPI  # noqa: E402
 
 OUT = Path(__file__).resolve().parent
 MODEL = "gemini-2.5-flash"

@@ -1,12 +1,12 @@
 """Fakes for the quota captures (tests/data/real-cli/quota-findings.md), on loopback.
 
-``QuotaModelAPI`` is tests/fake_model_api.py with three additions: ``headers`` are added to
+``QuotaModelAPI`` is tests/fakes/fake_model_api.py with three additions: ``headers`` are added to
 every model answer (``/v1/messages``, ``/v1/responses``, Gemini ``...Content``), errors
 included (the rate-limit headers the CLIs read); ``error`` = ``(status, body)`` answers every
 model call with that body instead; ``usage`` answers codex's account usage read
 (``GET /api/codex/usage``, ``GET /backend-api/wham/usage``).
 
-``QuotaCodeAssist`` is tests/fake_code_assist.py with ``quota`` answering
+``QuotaCodeAssist`` is tests/fakes/fake_code_assist.py with ``quota`` answering
 ``retrieveUserQuota``, ``load`` merged into the ``loadCodeAssist`` answer and ``error``
 answering ``streamGenerateContent``; ``calls`` records ``(method, body, time.monotonic())``
 of every call (the body of those two only).
@@ -21,8 +21,8 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fake_code_assist import FakeCodeAssist
-from tests.fake_model_api import FakeModelAPI
+from tests.fakes.fake_code_assist import FakeCodeAssist
+from tests.fakes.fake_model_api import FakeModelAPI
 
 MODEL_PATHS = ("/v1/messages", "/v1/responses", "Content")
 USAGE_PATHS = ("/api/codex/usage", "/backend-api/wham/usage")
