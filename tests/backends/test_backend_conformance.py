@@ -543,6 +543,31 @@ def test_codex_links_a_chatgpt_login(tmp_path: Path, monkeypatch: pytest.MonkeyP
     assert b'base_url = "http://127.0.0.1:9/v1"' in dict(custom.files)["config.toml"]
 
 
+def test_codex_api_key_is_named_not_written(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """app-server reads no CODEX_API_KEY of its own: the provider names it (``env_key``), the
+    key itself is in none of the home's files, and a ChatGPT login beside it is not linked
+    (codex would refresh it outside the gate; tests/data/real-cli/codex-0.169.0-api-key.md)."""
+    auth = tmp_path / ".codex" / "auth.json"
+    auth.parent.mkdir()
+    auth.write_text(json.dumps({"auth_mode": "chatgpt", "tokens": {"access_token": "a"}}))
+    monkeypatch.setenv("CODEX_API_KEY", "sk-secret-key-1234")
+    home = _codex(tmp_path).private_home(str(tmp_path))
+    config = dict(home.files)["config.toml"].decode().splitlines()
+    assert 'env_key = "CODEX_API_KEY"' in config and "requires_openai_auth = true" in config
+    assert home.login == ()
+    assert b"sk-secret-key-1234" not in b"".join(dict(home.files).values())
+    dropped = CodexBackend(
+        CodexOptions(bin=f"{sys.executable} {CODEX_FAKE_CLI}"),
+        drop_env=frozenset({"CODEX_API_KEY"}),
+    ).private_home(str(tmp_path))
+    assert home.login != dropped.login == (("auth.json", str(auth)),)
+    assert b"env_key" not in dict(dropped.files)["config.toml"]
+    monkeypatch.delenv("CODEX_API_KEY")
+    assert b"env_key" not in dict(_codex(tmp_path).private_home(str(tmp_path)).files)["config.toml"]
+
+
 def test_codex_catalog_is_sealed() -> None:
     catalog = {
         "models": [

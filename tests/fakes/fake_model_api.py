@@ -425,6 +425,10 @@ class FakeModelAPI:
     accept_bearer: Callable[[str], bool] | None = None
     """When set, a model call whose ``Authorization: Bearer`` token it refuses answers 401
     (an expired or unknown OAuth access token): the login-refresh tests."""
+    openai_key: str | None = None
+    """When set, ``POST /v1/responses`` needs ``Authorization: Bearer <openai_key>``: a
+    missing or other credential answers 401 with api.openai.com's ``invalid_api_key`` body
+    (the codex tests with ``CODEX_API_KEY``)."""
     _runner: web.AppRunner | None = None
 
     async def close(self) -> None:
@@ -957,8 +961,42 @@ class FakeModelAPI:
                     body = {"error": {"message": message, "type": "invalid_request_error"}}
                     body["error"] |= {"code": "token_expired", "param": None}
                 return web.json_response(body, status=401)
+        auth = request.headers.get("Authorization", "")
+        if (
+            self.openai_key is not None
+            and request.method == "POST"
+            and request.path == "/v1/responses"
+            and auth != f"Bearer {self.openai_key}"
+        ):
+            await self._record(request)
+            return self._openai_key_refused(auth)
         response: web.StreamResponse = await handler(request)
         return response
+
+    @staticmethod
+    def _openai_key_refused(auth: str) -> web.Response:
+        """api.openai.com's 401 for a missing or wrong key (the key shown cut, as it does)."""
+        key = auth[7:] if auth.lower().startswith("bearer ") else ""
+        if key:
+            shown = f"{key[:4]}{'*' * max(0, len(key) - 8)}{key[-4:]}" if len(key) > 8 else key
+            message = (
+                f"Incorrect API key provided: {shown}. You can find your API key at "
+                "https://platform.openai.com/account/api-keys."
+            )
+        else:
+            message = (
+                "You didn't provide an API key. You need to provide your API key in an "
+                "Authorization header using Bearer auth (i.e. Authorization: Bearer YOUR_KEY), "
+                "or as the basic auth username and password. You can obtain an API key from "
+                "https://platform.openai.com/account/api-keys."
+            )
+        error = {
+            "message": message,
+            "type": "invalid_request_error",
+            "param": None,
+            "code": "invalid_api_key",
+        }
+        return web.json_response({"error": error}, status=401)
 
     def make_app(self) -> web.Application:
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._bearer])
@@ -973,11 +1011,12 @@ class FakeModelAPI:
 
 
 async def start_fake_model_api(
-    host: str = "127.0.0.1", port: int = 0, cache: bool = False
+    host: str = "127.0.0.1", port: int = 0, cache: bool = False, openai_key: str | None = None
 ) -> FakeModelAPI:
     """Start the fake model API on ``host:port`` (0: any free port) and return it; ``cache``
-    simulates Anthropic prompt caching (``PromptCache``)."""
-    api = FakeModelAPI(cache=PromptCache() if cache else None)
+    simulates Anthropic prompt caching (``PromptCache``); ``openai_key``: the only key
+    ``/v1/responses`` accepts (``FakeModelAPI.openai_key``)."""
+    api = FakeModelAPI(cache=PromptCache() if cache else None, openai_key=openai_key)
     runner = web.AppRunner(api.make_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

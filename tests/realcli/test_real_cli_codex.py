@@ -15,6 +15,7 @@ import asyncio
 import json
 import os
 import secrets
+import time
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -28,6 +29,7 @@ from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from tests.conftest import Served, ServeFactory, fake
 from tests.fakes.fake_model_api import FakeModelAPI, responses_texts, start_fake_model_api
+from tests.fakes.fake_token_api import FakeTokenAPI, codex_auth_json
 from tests.plan.test_images import JPEG, PNG, data_url, image_part
 from tests.realcli.test_real_cli import real_cli_dir
 from tests.run.test_sealed_processes import LAUNCHERS
@@ -80,16 +82,22 @@ async def start(
     launcher: str = "pdeathsig",
     bin_prefix: str = "",
     system_prompt: str = "minimal",
+    key: str | None = "test",
     **settings: Any,
 ) -> tuple[Codex, FakeModelAPI]:
+    """``key``: the gateway's CODEX_API_KEY, the only credential the fake API takes (None: no
+    key; the test sets the fake's ``accept_bearer``)."""
     assert CODEX is not None
-    api = await start_fake_model_api()
+    api = await start_fake_model_api(openai_key=key)
     home = tmp_path / "home"
     home.mkdir()
     for name in FOREIGN_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("CODEX_API_KEY", "test")
+    if key is None:
+        monkeypatch.delenv("CODEX_API_KEY", raising=False)
+    else:
+        monkeypatch.setenv("CODEX_API_KEY", key)
     root = tmp_path / "root"
     values: dict[str, Any] = {
         "backends": ["codex"],
@@ -369,6 +377,101 @@ async def test_auth_failure_is_401(codex: Codex) -> None:
             model=MODEL, messages=user("say hi" + fake(status=401))
         )
     assert len(codex.bodies()) == 1
+
+
+def authorizations(api: FakeModelAPI) -> list[str | None]:
+    """The Authorization header of each model call the fake API received."""
+    return [
+        {k.lower(): v for k, v in r["headers"].items()}.get("authorization")
+        for r in api.requests
+        if r["path"] == "/v1/responses"
+    ]
+
+
+async def test_api_key_is_sent_as_the_bearer_key(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """CODEX_API_KEY reaches the model API as ``Authorization: Bearer <key>``: app-server
+    takes it only through the provider's ``env_key`` (before, it sent no Authorization at all
+    and the real API refused every call, tests/data/real-cli/codex-0.169.0-api-key.md), and
+    nothing of the key is on disk once the call is over."""
+    key = "sk-proj-" + secrets.token_hex(16)
+    c, api = await start(serve, tmp_path, monkeypatch, key=key)
+    try:
+        r = await c.client.chat.completions.create(
+            model=MODEL, messages=user("say hi" + fake(answer="Hi from a key."))
+        )
+        assert r.choices[0].message.content == "Hi from a key."
+        assert authorizations(api) == [f"Bearer {key}"]
+        await c.served.gateway.close()
+        for path in tmp_path.rglob("*"):  # HOME and the work root (private homes)
+            if path.is_file() and not path.is_symlink():
+                assert key.encode() not in path.read_bytes(), path
+    finally:
+        await api.close()
+
+
+def chatgpt_login(home: Path, expires_at: float) -> dict[str, Any]:
+    """A ChatGPT login in ``home/.codex/auth.json``, refreshed a day ago."""
+    last = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() - 86400))
+    auth = codex_auth_json("rt-0", expires_at, last)
+    path = home / ".codex" / "auth.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(auth, indent=2))
+    path.chmod(0o600)
+    return auth
+
+
+async def test_api_key_wins_over_a_chatgpt_login(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """With a key and an expired ChatGPT login, the key is sent and the login is left alone:
+    not linked, so codex neither refreshes it (outside the gateway's refresh gate) nor sends
+    its token."""
+    token = await FakeTokenAPI(live="rt-0").start()
+    monkeypatch.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", token.url + "/oauth/token")
+    key = "sk-proj-" + secrets.token_hex(16)
+    override = ["CODEX_REFRESH_TOKEN_URL_OVERRIDE"]
+    c, api = await start(serve, tmp_path, monkeypatch, key=key, pass_env=override)
+    try:
+        chatgpt_login(c.home, time.time() - 3600)
+        before = (c.home / ".codex" / "auth.json").read_bytes()
+        r = await c.client.chat.completions.create(
+            model=MODEL, messages=user("say hi" + fake(answer="The key answers."))
+        )
+        assert r.choices[0].message.content == "The key answers."
+        assert authorizations(api) == [f"Bearer {key}"]
+        assert token.refreshes == 0
+        assert (c.home / ".codex" / "auth.json").read_bytes() == before
+    finally:
+        await token.close()
+        await api.close()
+
+
+async def test_chatgpt_login_sends_its_access_token(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """No key: the linked ChatGPT login's access token is the credential (the fake API takes
+    no other), with its account id; a login still valid is not refreshed."""
+    token = await FakeTokenAPI(live="rt-0").start()
+    monkeypatch.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", token.url + "/oauth/token")
+    override = ["CODEX_REFRESH_TOKEN_URL_OVERRIDE"]
+    c, api = await start(serve, tmp_path, monkeypatch, key=None, pass_env=override)
+    try:
+        access = chatgpt_login(c.home, time.time() + 3600)["tokens"]["access_token"]
+        api.accept_bearer = lambda t: t == access
+        r = await c.client.chat.completions.create(
+            model=MODEL, messages=user("say hi" + fake(answer="The login answers."))
+        )
+        assert r.choices[0].message.content == "The login answers."
+        assert authorizations(api) == [f"Bearer {access}"]
+        (request,) = [r for r in api.requests if r["path"] == "/v1/responses"]
+        headers = {k.lower(): v for k, v in request["headers"].items()}
+        assert headers.get("chatgpt-account-id") == "acct-test"
+        assert token.refreshes == 0
+    finally:
+        await token.close()
+        await api.close()
 
 
 async def test_warm_call_answers(

@@ -123,7 +123,7 @@ async def real_gateway(
     serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, backend: str
 ) -> tuple[Any, Any]:
     assert CLI_DIR is not None
-    api = await start_fake_model_api()
+    api = await start_fake_model_api(openai_key="test")
     point_clis_at(api, tmp_path / "home", monkeypatch)
     monkeypatch.setenv("CODEX_API_KEY", "test")
     options: dict[str, Any] = {"bin": str(CLI_DIR / backend)}

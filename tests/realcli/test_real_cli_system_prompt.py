@@ -86,7 +86,7 @@ async def start(
 
     async def make(backend: str, mode: str, **settings: Any) -> Upstream:
         assert DIR is not None
-        api = await start_fake_model_api()
+        api = await start_fake_model_api(openai_key="test")
         apis.append(api)
         point_clis_at(api, tmp_path / "home", monkeypatch)
         monkeypatch.setenv("CODEX_API_KEY", "test")

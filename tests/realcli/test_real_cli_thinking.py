@@ -118,7 +118,7 @@ async def test_cli_output_while_the_model_thinks(
 ) -> None:
     case = CASES[name]
     assert CLI_DIR is not None
-    api = await start_fake_model_api()
+    api = await start_fake_model_api(openai_key="test")
     point_clis_at(api, tmp_path / "home", monkeypatch)
     monkeypatch.setenv("CODEX_API_KEY", "test")
     backend: dict[str, Any] = {"bin": str(CLI_DIR / case.backend)}

@@ -84,7 +84,9 @@ log = logging.getLogger(__name__)
 PROVIDER = "cli_proxy"
 """Our own model provider: the built-in ``openai`` one cannot be changed (its retries stay
 on) and tries Responses-over-WebSocket first. ``requires_openai_auth`` makes it use the
-ChatGPT login in auth.json, or ``CODEX_API_KEY`` when that is set."""
+ChatGPT login in auth.json; with ``CODEX_API_KEY`` set, ``env_key`` names that variable
+(app-server, unlike ``codex exec``, never reads it on its own: no Authorization header at all,
+tests/data/real-cli/codex-0.169.0-api-key.md) and no auth.json is linked."""
 
 CHATGPT_BASE_URL = "https://chatgpt.com/backend-api/codex"
 API_BASE_URL = "https://api.openai.com/v1"
@@ -409,7 +411,8 @@ class CodexBackend(Backend):
         links the user's auth.json (a ChatGPT login: codex refreshes it by writing a temp file
         beside the real one and renaming it over it; ``containment._login_binds``)."""
         auth = Path(user_home) / ".codex" / "auth.json"
-        login = (("auth.json", str(auth)),) if auth.is_file() else ()
+        # with a key, no login: codex would still refresh an expired one (outside the gate)
+        login = (("auth.json", str(auth)),) if auth.is_file() and not self._api_key() else ()
         path_env = os.environ.get("PATH", os.defpath)
         return PrivateHome(
             env=("HOME", "CODEX_HOME"),
@@ -434,13 +437,19 @@ class CodexBackend(Backend):
             return ()
         return (("instructions.md", BASE_INSTRUCTIONS.encode()),)
 
+    def _api_key(self) -> bool:
+        """Whether the call uses ``CODEX_API_KEY`` (the gateway's, passed through)."""
+        return bool(os.environ.get("CODEX_API_KEY")) and "CODEX_API_KEY" not in self.drop_env
+
     def _config(self, auth: Path, logged_in: bool) -> str:
+        key = self._api_key()
         base_url = self.options.base_url if isinstance(self.options, CodexOptions) else None
         if base_url is None:
-            key = "CODEX_API_KEY" in os.environ and "CODEX_API_KEY" not in self.drop_env
             chatgpt = logged_in and not key and chatgpt_login(auth)
             base_url = CHATGPT_BASE_URL if chatgpt else API_BASE_URL
         instructions = self.system_prompt == "minimal"
+        # the key by name, read from the environment: the key itself is not in this file
+        env_key = 'env_key = "CODEX_API_KEY"\n' if key else ""
         # relative paths are resolved against CODEX_HOME
         return (
             f'model_provider = "{PROVIDER}"\n'
@@ -451,6 +460,7 @@ class CodexBackend(Backend):
             f'name = "{PROVIDER}"\n'
             f"base_url = {json.dumps(base_url)}\n"
             'wire_api = "responses"\n'
+            f"{env_key}"
             "requires_openai_auth = true\n"
             # one retry layer, the client's: the gateway answers 429/5xx with their status
             "request_max_retries = 0\n"
