@@ -121,7 +121,7 @@ def _minimal_text() -> str:
 
         return MINIMAL_SYSTEM_PROMPT
     except ImportError:  # before the option existed: codex's own base instructions
-        from cli_proxy.backends.codex import BASE_INSTRUCTIONS
+        from cli_proxy.backends.codex.catalog import BASE_INSTRUCTIONS
 
         return BASE_INSTRUCTIONS
 

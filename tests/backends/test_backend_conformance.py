@@ -18,15 +18,14 @@ import pytest
 
 from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser, classify_failure
 from cli_proxy.backends.claude import ClaudeParser
-from cli_proxy.backends.codex import (
+from cli_proxy.backends.codex.backend import (
     DISABLED_FEATURES,
-    FALLBACK_CATALOG,
     SEALED_CONFIG,
     CodexBackend,
     CodexOptions,
-    CodexParser,
-    seal_catalog,
 )
+from cli_proxy.backends.codex.catalog import FALLBACK_CATALOG, seal_catalog
+from cli_proxy.backends.codex.parser import CodexParser
 from cli_proxy.backends.registry import backend_class, names
 from cli_proxy.failures import CliFailed, FailureKind
 from cli_proxy.plan.routing import route

@@ -15,7 +15,9 @@ from typing import Any
 import openai
 import pytest
 
-from cli_proxy.backends.codex import CodexBackend, CodexParser, channel
+from cli_proxy.backends.codex.backend import CodexBackend
+from cli_proxy.backends.codex.items import channel
+from cli_proxy.backends.codex.parser import CodexParser
 from cli_proxy.fixtures.plugin import start_gateway
 from cli_proxy.plan.images import ImageLimits, extract
 from cli_proxy.plan.prompt import PromptOptions, render

@@ -15,12 +15,8 @@ from typing import Any
 
 import pytest
 
-from cli_proxy.backends.codex import (
-    FALLBACK_CATALOG,
-    CodexBackend,
-    CodexOptions,
-    seal_catalog,
-)
+from cli_proxy.backends.codex.backend import CodexBackend, CodexOptions
+from cli_proxy.backends.codex.catalog import FALLBACK_CATALOG, seal_catalog
 from cli_proxy.backends.gemini import SYSTEM_MD
 from cli_proxy.backends.registry import backend_class
 from cli_proxy.backends.system_prompt import MINIMAL_SYSTEM_PROMPT

@@ -24,7 +24,7 @@ import openai
 import pytest
 from openai.types.chat import ChatCompletionMessageParam
 
-from cli_proxy.backends.codex import BASE_INSTRUCTIONS, sealed_catalog
+from cli_proxy.backends.codex.catalog import BASE_INSTRUCTIONS, sealed_catalog
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from tests.conftest import Served, ServeFactory, fake
@@ -606,9 +606,10 @@ async def test_fallback_catalog_is_accepted_and_sealed(
     """When ``codex debug models`` gives nothing the one-model fallback catalog stands in:
     codex accepts it and every model, in it or not, is still sealed (``cli``: gpt-5.5, the
     one entry, gets our instructions, the others codex's built-in ones)."""
-    from cli_proxy.backends import codex as codex_module
+    from cli_proxy.backends.codex import backend as codex_module
+    from cli_proxy.backends.codex.catalog import FALLBACK_CATALOG
 
-    fallback = json.dumps(codex_module.FALLBACK_CATALOG).encode()
+    fallback = json.dumps(FALLBACK_CATALOG).encode()
     monkeypatch.setattr(codex_module, "sealed_catalog", lambda command, path, mode: fallback)
     c, api = await start(serve, tmp_path, monkeypatch, system_prompt=system_prompt)
     try:

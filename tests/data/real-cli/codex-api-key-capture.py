@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
-from cli_proxy.backends.codex import CodexBackend  # noqa: E402
+from cli_proxy.backends.codex.backend import CodexBackend  # noqa: E402
 from cli_proxy.images import ImageLimits, extract  # noqa: E402
 from cli_proxy.prompt import PromptOptions, render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402

@@ -30,7 +30,8 @@ ROOT = Path(__file__).resolve().parents[3]
 sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
-from cli_proxy.backends.codex import QUIET, CodexBackend, rpc  # noqa: E402
+from cli_proxy.backends.codex.backend import CodexBackend  # noqa: E402
+from cli_proxy.backends.codex.rpc import QUIET, rpc  # noqa: E402
 from tests.fakes.fake_quota_api import QuotaModelAPI  # noqa: E402
 from tests.fakes.fake_token_api import codex_auth_json  # noqa: E402
 

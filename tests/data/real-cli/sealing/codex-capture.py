@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[4]
 sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
-from cli_proxy.backends.codex import CodexBackend, CodexOptions  # noqa: E402
+from cli_proxy.backends.codex.backend import CodexBackend, CodexOptions  # noqa: E402
 from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
 OUT = ROOT / "tests" / "data" / "real-cli"
