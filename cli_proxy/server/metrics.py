@@ -55,6 +55,8 @@ class Gauges:
     running: Callable[[], int]
     waiting: Callable[[], int]
     max_concurrency: Callable[[], int]
+    max_queue: Callable[[], int]
+    max_starting: Callable[[], int]
     spares: Callable[[], dict[str, int]]  # ready spares by backend
     processes: Callable[[], int]  # CLI processes alive: calls' and spares
     starting: Callable[[], int]  # start slots held
@@ -217,6 +219,14 @@ class _StateCollector(Collector):
             "cli_proxy_max_concurrency",
             "The process bound in force: CLI processes alive at once, calls and spares",
             g.max_concurrency(),
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_max_queue", "The queue bound in force: calls waiting at once", g.max_queue()
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_max_starting",
+            "The start bound in force: CLIs starting at once",
+            g.max_starting(),
         )
         yield GaugeMetricFamily(
             "cli_proxy_cli_processes",
