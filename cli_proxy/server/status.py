@@ -283,6 +283,8 @@ h2 { font-size: 16px; margin: 22px 0 8px; }
 h3 { font-size: 15px; margin: 0 0 6px; display: flex; gap: 10px; align-items: baseline; }
 .meta, .muted { color: var(--muted); margin: 0; }
 .state { margin: 0; font-weight: 600; padding: 1px 10px; border-radius: 12px; border: 1px solid; }
+.badge { font-size: 12px; font-weight: 500; border: 1px solid; border-radius: 10px;
+  padding: 0 8px; }
 .ok { color: var(--ok); } .warn { color: var(--warn); } .bad { color: var(--bad); }
 .cards { display: grid; grid-template-columns: repeat(auto-fill, minmax(380px, 1fr)); gap: 12px; }
 .card { background: var(--card); border: 1px solid var(--line); border-radius: 8px;
@@ -319,16 +321,21 @@ def _backends(
     cards = []
     for name in names:
         backend = live.backends.get(name) if live is not None else None
-        rows = []
+        rows, badge = [], ""
         if backend is not None:
-            rows += _binary_rows(name, reports.get(name))
-            text, css = _login(backend, reports.get(name), now)
+            report = reports.get(name)
+            rows += _binary_rows(name, report)
+            text, css = _login(backend, report, now)
             rows.append(f'<dt>login</dt><dd class="{css}" data-login="{e(name)}">{text}</dd>')
+            if report is not None:  # doctor's verdict, the login as read now
+                ready = report.path is not None and css != "bad"
+                verdict = "ready" if ready else "missing" if report.path is None else "no login"
+                badge = f'<span class="{"ok" if ready else "bad"} badge">{verdict}</span>'
         else:
             rows.append("<dt>backend</dt><dd>not enabled here (windows reported earlier)</dd>")
         seen = gw.metrics.rate_limits_seen.get(name)
         cards.append(
-            f'<div class="card backend" id="backend-{e(name)}"><h3>{e(name)}</h3>'
+            f'<div class="card backend" id="backend-{e(name)}"><h3>{e(name)}{badge}</h3>'
             f"<dl>{''.join(rows)}</dl>{_windows(name, windows.get(name, {}), seen, now)}</div>"
         )
     replay = '<p class="muted">replaying recorded fixtures: no live CLI</p>' if live is None else ""

@@ -180,6 +180,7 @@ async def test_logins_show_kind_file_and_expiry_never_a_token(
     assert "claude.ai oauth <code>~/.claude/.credentials.json</code>" in login
     assert "access token expires in 3 h 10 min" in login or "in 3 h 9 min" in login
     assert "SECRET" not in text
+    assert '<h3>claude<span class="ok badge">ready</span></h3>' in text
     # the file changes (a refresh landed, or the token expired): the next view says so
     expired_ms = (time.time() - 20 * 60) * 1000
     creds.write_text(
