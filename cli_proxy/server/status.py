@@ -38,7 +38,7 @@ from pydantic import SecretStr
 
 from cli_proxy import __version__
 from cli_proxy.backends.base import Backend
-from cli_proxy.commands.doctor import BackendReport, check_backend
+from cli_proxy.commands.doctor import VERSION_TIMEOUT_S, BackendReport, check_backend
 from cli_proxy.gateway import Gateway, LiveBackends, user_home
 from cli_proxy.logs import log
 from cli_proxy.server.calls_log import ERROR_WINDOW_S, Recent
@@ -153,10 +153,14 @@ class StatusPage:
             self._probe = None
 
     async def close(self, _app: web.Application) -> None:
-        if self._probe is not None:
-            self._probe.cancel()
+        """At shutdown, let a probe in flight end (its threads and their ``--version``
+        processes could not be stopped anyway; doctor bounds each in time)."""
+        probe = self._probe
+        if probe is not None:
+            await asyncio.wait({probe}, timeout=VERSION_TIMEOUT_S + 1)
+            probe.cancel()
             with contextlib.suppress(asyncio.CancelledError):
-                await self._probe
+                await probe
 
 
 def add_status_page(app: web.Application, gateway: Gateway) -> None:

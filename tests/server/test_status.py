@@ -6,6 +6,7 @@ no prompt or answer ever is, and that its memory of requests stays at 50."""
 from __future__ import annotations
 
 import base64
+import threading
 import time
 from html.parser import HTMLParser
 from pathlib import Path
@@ -208,6 +209,27 @@ async def test_views_are_cheap_the_binaries_are_probed_once(
     for _ in range(5):
         await get_status(served)
     assert sorted(probed) == ["claude", "codex", "gemini"]
+
+
+async def test_a_slow_probe_never_holds_a_view_long(
+    serve: ServeFactory, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    check = status_module.check_backend
+    release = threading.Event()
+
+    def slow(name: str, *args: object) -> object:
+        release.wait(30)  # a CLI slow to say its version (in a worker thread)
+        return check(name, *args)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(status_module, "check_backend", slow)
+    monkeypatch.setattr(status_module, "PROBE_WAIT_S", 0.2)
+    served = await serve()
+    text, _ = await get_status(served)  # the probe is held: the view did not wait for it
+    assert '<dd class="muted">checking…</dd>' in text
+    assert "calls running" in text
+    release.set()
+    text = await status_with_versions(served)
+    assert 'data-version="claude"' in text
 
 
 # ---------------------------------------------------------------- who may see it
