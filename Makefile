@@ -18,7 +18,7 @@ CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo late
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
-.PHONY: help venv run test test-real lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer wheel clean
+.PHONY: help venv run test test-real lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer browser wheel clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
@@ -49,6 +49,7 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory real-clis || echo "note: real CLIs not installed; realcli tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
 	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/commands/test_deploy.py) will skip"
+	@$(MAKE) --no-print-directory browser || echo "note: chromium not installed; the status page's browser test (tests/server/test_status_browser.py) will skip"
 	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider
 
 lint: $(STAMP)
@@ -96,6 +97,15 @@ balancer:
 		{ apt-get install -y -qq haproxy >/dev/null 2>&1 || \
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq haproxy >/dev/null 2>&1; }; }; }
 	@PATH="$(HAPROXY_PATH)" command -v haproxy >/dev/null
+
+# Chromium (Debian package) renders GET /status headless in tests/server/test_status_browser.py
+# (its DOM, and a screenshot: docs/status.png). Installed when missing and we may (root + apt-get).
+browser:
+	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \
+		{ apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends chromium >/dev/null 2>&1 || \
+		  { apt-get -o DPkg::Lock::Timeout=300 update -qq >/dev/null 2>&1 && \
+		    apt-get -o DPkg::Lock::Timeout=300 install -y -qq --no-install-recommends chromium >/dev/null 2>&1; }; }; }
+	@command -v chromium >/dev/null
 
 # The wheel `pipx install` / `uv tool install` take (fixtures included): dist/cli_proxy-*.whl
 wheel: $(STAMP)

@@ -161,6 +161,8 @@ class Gateway:
                 running=lambda: self.supervisor.running,
                 waiting=lambda: self.supervisor.waiting,
                 max_concurrency=lambda: self.supervisor.max_concurrency,
+                max_queue=lambda: self.supervisor.max_queue,
+                max_starting=lambda: self.supervisor.bounds.max_starting,
                 spares=lambda: self.pool.ready() if self.pool is not None else {},
                 processes=lambda: self.supervisor.processes(),
                 starting=lambda: self.supervisor.starting,

@@ -36,6 +36,7 @@ from cli_proxy.server.guard import Guard
 from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from cli_proxy.server.metrics import CallRecord
 from cli_proxy.server.openapi import openapi_json
+from cli_proxy.server.status import STATUS_PATH, add_status_page
 from cli_proxy.server.wire.responses import ResponsesRequest, to_chat_request
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
@@ -106,7 +107,7 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     keys = request.app[GATEWAY].settings.api_keys
-    if keys and request.path not in HEALTH_PATHS:
+    if keys and request.path not in HEALTH_PATHS and request.path != STATUS_PATH:  # its own
         header = request.headers.get("Authorization", "")
         scheme, _, token = header.partition(" ")
         presented = token.strip().encode("utf-8", "surrogateescape")
@@ -370,6 +371,7 @@ def create_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/health/ready", ready)
     app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
     app.router.add_get("/metrics", metrics)
+    add_status_page(app, gateway)  # GET /status: HTML for people (Basic auth too)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
         app.router.add_post(f"{prefix}/responses", responses)

@@ -19,6 +19,7 @@ from prometheus_client.registry import Collector
 
 from cli_proxy.protocol import Usage
 from cli_proxy.read.events import RateLimit
+from cli_proxy.server.calls_log import CallsLog
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600, 1800)
@@ -54,6 +55,8 @@ class Gauges:
     running: Callable[[], int]
     waiting: Callable[[], int]
     max_concurrency: Callable[[], int]
+    max_queue: Callable[[], int]
+    max_starting: Callable[[], int]
     spares: Callable[[], dict[str, int]]  # ready spares by backend
     processes: Callable[[], int]  # CLI processes alive: calls' and spares
     starting: Callable[[], int]  # start slots held
@@ -67,6 +70,7 @@ class Metrics:
         self.rate_limits: dict[str, dict[str, RateLimit]] = {}  # backend -> window -> latest
         self.rate_limits_seen: dict[str, float] = {}  # backend -> when last reported
         self._models: set[str] = set()
+        self.calls = CallsLog()  # the last requests and errors, for the status page
         r = self.registry
         call = ("backend", "model")
         self.requests = Counter(
@@ -147,6 +151,7 @@ class Metrics:
         return "other"
 
     def observe(self, rec: CallRecord) -> None:
+        self.calls.add(rec)
         model = self.model_label(rec.model)
         self.requests.labels(rec.endpoint, rec.backend, model, str(rec.status), rec.code).inc()
         self.duration.labels(rec.endpoint, rec.backend).observe(rec.duration_s)
@@ -214,6 +219,14 @@ class _StateCollector(Collector):
             "cli_proxy_max_concurrency",
             "The process bound in force: CLI processes alive at once, calls and spares",
             g.max_concurrency(),
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_max_queue", "The queue bound in force: calls waiting at once", g.max_queue()
+        )
+        yield GaugeMetricFamily(
+            "cli_proxy_max_starting",
+            "The start bound in force: CLIs starting at once",
+            g.max_starting(),
         )
         yield GaugeMetricFamily(
             "cli_proxy_cli_processes",

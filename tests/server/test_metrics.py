@@ -118,6 +118,8 @@ async def test_a_known_mix_of_calls(serve: ServeFactory) -> None:
     assert value(s, "cli_proxy_calls_running") == 0
     assert value(s, "cli_proxy_calls_waiting") == 0
     assert value(s, "cli_proxy_max_concurrency") == served.gateway.supervisor.max_concurrency
+    assert value(s, "cli_proxy_max_queue") == served.gateway.settings.max_queue
+    assert value(s, "cli_proxy_max_starting") == served.gateway.supervisor.bounds.max_starting
     # spares may be starting or stopping meanwhile: the bounds hold whatever the moment
     bounds = served.gateway.supervisor.bounds
     assert 0 <= value(s, "cli_proxy_cli_processes") <= bounds.max_processes

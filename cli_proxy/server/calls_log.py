@@ -1,0 +1,81 @@
+"""What the status page shows of past requests, kept in memory and bounded.
+
+Fed from the one record per request the log line and the metrics are made from
+(``CallRecord``, via ``Metrics.observe``): calls that ran and requests refused before a
+backend ran alike. A record holds no prompt or answer text, no key and no token; the model
+name is the client's, so whoever shows it escapes it.
+
+Bounded whatever the traffic: the last ``RECENT_MAX`` requests, and errors counted per
+minute for the last hour (at most 61 minute buckets of a few error codes each).
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter, deque
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from cli_proxy.server.metrics import CallRecord
+
+RECENT_MAX = 50
+ERROR_WINDOW_S = 3600
+
+
+@dataclass(frozen=True, slots=True)
+class Recent:
+    """One past request: when it ended (Unix time) and its record."""
+
+    at: float
+    record: CallRecord
+
+
+def error_kind(rec: CallRecord) -> str | None:
+    """How the page names a failed request: its error code (``http_<status>`` without
+    one); None for a success."""
+    if rec.status < 400:
+        return None
+    return rec.code or f"http_{rec.status}"
+
+
+class CallsLog:
+    """The last requests (a ring), calls served warm and cold, errors of the last hour."""
+
+    def __init__(self, size: int = RECENT_MAX, clock: Callable[[], float] = time.time) -> None:
+        self.recent: deque[Recent] = deque(maxlen=size)
+        self.requests = 0  # every request observed, refused ones included
+        self.served: Counter[str] = Counter()  # warm / cold: calls that reached a CLI
+        self._errors: dict[int, Counter[str]] = {}  # minute -> error kind -> count
+        self._clock = clock
+
+    def add(self, rec: CallRecord) -> None:
+        now = self._clock()
+        self.recent.append(Recent(now, rec))
+        self.requests += 1
+        if rec.warm is not None:
+            self.served["warm" if rec.warm else "cold"] += 1
+        kind = error_kind(rec)
+        if kind is not None:
+            minute = int(now // 60)
+            self._errors.setdefault(minute, Counter())[kind] += 1
+            self._forget(minute)
+
+    def _forget(self, minute: int) -> None:
+        oldest = minute - ERROR_WINDOW_S // 60
+        for m in [m for m in self._errors if m < oldest]:
+            del self._errors[m]
+
+    def errors(self) -> dict[str, int]:
+        """Failed requests of the last hour (to the minute) by kind, most frequent first."""
+        minute = int(self._clock() // 60)
+        self._forget(minute)
+        total: Counter[str] = Counter()
+        for counts in self._errors.values():
+            total.update(counts)
+        return dict(total.most_common())
+
+    def last(self) -> list[Recent]:
+        """The recent requests, newest first."""
+        return list(reversed(self.recent))
