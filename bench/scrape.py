@@ -13,7 +13,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.protocol import Usage
-from cli_proxy.server.metrics import CallRecord
+from cli_proxy.server.calls_log import CallRecord
 
 BACKENDS = ("claude", "gemini", "codex")
 

@@ -21,6 +21,7 @@ from cli_proxy.gateway import Gateway
 from cli_proxy.logs import log
 from cli_proxy.protocol import ChatCompletionRequest, ModelCard, ModelList, Usage
 from cli_proxy.run.call import Call
+from cli_proxy.server.calls_log import CallRecord
 from cli_proxy.server.delivery import (
     DELIVERED,
     HEAD_SENT,
@@ -34,7 +35,6 @@ from cli_proxy.server.delivery.responses import ResponsesFormat
 from cli_proxy.server.errors import APIError, api_error, validated
 from cli_proxy.server.guard import Guard
 from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from cli_proxy.server.metrics import CallRecord
 from cli_proxy.server.openapi import openapi_json
 from cli_proxy.server.status import STATUS_PATH, add_status_page
 from cli_proxy.server.wire.responses import ResponsesRequest, to_chat_request

@@ -15,13 +15,31 @@ import time
 from collections import Counter, deque
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
-if TYPE_CHECKING:
-    from cli_proxy.server.metrics import CallRecord
+from cli_proxy.protocol import Usage
 
 RECENT_MAX = 50
 ERROR_WINDOW_S = 3600
+
+
+@dataclass(frozen=True, slots=True)
+class CallRecord:
+    """One request as the log line and the metrics see it."""
+
+    endpoint: str  # chat, responses
+    backend: str  # "" when the request was refused before it reached a backend
+    model: str
+    status: int
+    code: str  # the error code, "" for a success
+    duration_s: float
+    queue_wait_s: float | None = None
+    start_s: float | None = None  # spawn or warm hand-over
+    first_content_s: float | None = None
+    warm: bool | None = None
+    exit_kind: str | None = None  # ok, error, or why the gateway killed it
+    usage: Usage | None = None
+    billing_refused: bool = False
+    answer_refused: str | None = None  # answer_too_large, oversized_output
 
 
 @dataclass(frozen=True, slots=True)

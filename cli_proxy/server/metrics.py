@@ -17,35 +17,14 @@ from prometheus_client import CollectorRegistry, Counter, Histogram, generate_la
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
-from cli_proxy.protocol import Usage
 from cli_proxy.read.events import RateLimit
-from cli_proxy.server.calls_log import CallsLog
+from cli_proxy.server.calls_log import CallRecord, CallsLog
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600, 1800)
 START_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2, 5)
 MAX_MODELS = 50
 STATUS_LEVEL = {"allowed": 1.0, "allowed_warning": 0.5, "rejected": 0.0}
-
-
-@dataclass(frozen=True, slots=True)
-class CallRecord:
-    """One request as the log line and the metrics see it."""
-
-    endpoint: str  # chat, responses
-    backend: str  # "" when the request was refused before it reached a backend
-    model: str
-    status: int
-    code: str  # the error code, "" for a success
-    duration_s: float
-    queue_wait_s: float | None = None
-    start_s: float | None = None  # spawn or warm hand-over
-    first_content_s: float | None = None
-    warm: bool | None = None
-    exit_kind: str | None = None  # ok, error, or why the gateway killed it
-    usage: Usage | None = None
-    billing_refused: bool = False
-    answer_refused: str | None = None  # answer_too_large, oversized_output
 
 
 @dataclass(frozen=True, slots=True)

@@ -71,7 +71,7 @@ async def test_a_registered_backend_is_limited_doctored_and_documented(
     """The rest of the gateway reads the new backend through the interface alone: its size
     in the bounds, its cap per backend, its login facts in doctor, its models in the
     OpenAPI document."""
-    from cli_proxy.commands.doctor import check_backend
+    from cli_proxy.backends.probe import check_backend
     from cli_proxy.run import limits
     from cli_proxy.server.openapi import document
 

@@ -3,8 +3,7 @@ errors of the last hour; bounded whatever the traffic."""
 
 from __future__ import annotations
 
-from cli_proxy.server.calls_log import RECENT_MAX, CallsLog
-from cli_proxy.server.metrics import CallRecord
+from cli_proxy.server.calls_log import RECENT_MAX, CallRecord, CallsLog
 
 
 def record(status: int = 200, code: str = "", warm: bool | None = None) -> CallRecord:

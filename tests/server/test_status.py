@@ -15,7 +15,7 @@ import aiohttp
 import pytest
 
 from cli_proxy.server import status as status_module
-from cli_proxy.server.metrics import CallRecord
+from cli_proxy.server.calls_log import CallRecord
 from cli_proxy.server.status import presented_key
 from tests.conftest import Served, ServeFactory, fake
 
