@@ -3,7 +3,8 @@
 - Requests the HTTP parser rejects before any handler runs (a bad chunk size, Content-Length
   with Transfer-Encoding, an oversized header line, too many headers, a NUL in a header, an
   invalid method) get the OpenAI error JSON like every other error, and one log line instead
-  of a traceback.
+  of a traceback. Where the request's path is known (an error that escaped the app), its wire
+  format decides the body: Anthropic's on the Messages API's paths (``app.wire_format``).
 - A request's line and headers must arrive within ``header_timeout_s`` of its first byte:
   a client trickling its headers (slowloris) is answered 408 and disconnected. Idle
   keep-alive connections are aiohttp's ``keepalive_timeout``'s business, not this one.
@@ -20,11 +21,13 @@ from aiohttp.web_request import BaseRequest
 
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.logs import log
+from cli_proxy.server.app import Wire, wire_format
 from cli_proxy.server.errors import APIError
+from cli_proxy.server.wire import anthropic as anthropic_wire
 
 
-def _error_bytes(err: APIError) -> bytes:
-    return json_bytes(err.body())
+def _error_bytes(err: APIError, wire: Wire = "openai") -> bytes:
+    return json_bytes(anthropic_wire.error_body(err) if wire == "anthropic" else err.body())
 
 
 class GatewayRequestHandler(RequestHandler):
@@ -101,8 +104,11 @@ class GatewayRequestHandler(RequestHandler):
                 "http_request_rejected", status=status, error=type(exc).__name__ if exc else None
             )
             log.debug("http_request_rejected_detail", detail=message or repr(exc))
+        # a parser rejection has no path yet (aiohttp's placeholder request is "/")
+        wire = wire_format(request.path, request.headers)
+        status = anthropic_wire.error_status(err) if wire == "anthropic" else err.status
         resp = web.Response(
-            status=err.status, body=_error_bytes(err), content_type="application/json"
+            status=status, body=_error_bytes(err, wire), content_type="application/json"
         )
         resp.force_close()
         return resp
