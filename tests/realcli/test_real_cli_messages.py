@@ -28,6 +28,8 @@ from anthropic.types import Message
 
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
+from cli_proxy.server.wire import anthropic as anthropic_wire
+from cli_proxy.server.wire.anthropic import MessagesRequest, ThinkingBlock
 from tests.conftest import Served, ServeFactory, fake
 from tests.fakes.fake_model_api import (
     FakeModelAPI,
@@ -317,16 +319,27 @@ async def test_claude_code_says_hi(stack: Stack, model: str) -> None:
 
 
 @pytest.mark.parametrize("model", [GEMINI, CODEX])
-async def test_claude_code_runs_its_read_tool(stack: Stack, model: str) -> None:
+async def test_claude_code_runs_its_read_tool(
+    stack: Stack, model: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
     """Claude Code's own Read tool: the model (the fake, through the gateway's backend)
     asks for it, Claude Code runs it in its scratch directory, its result goes back through
     the gateway to the backend's model API, which then answers."""
+    seen: list[MessagesRequest] = []  # what Claude Code sent the gateway
+    translate = anthropic_wire.to_chat_request
+
+    def spy(req: MessagesRequest) -> Any:
+        seen.append(req)
+        return translate(req)
+
+    monkeypatch.setattr(anthropic_wire, "to_chat_request", spy)
     read = {"name": "Read", "arguments": {"file_path": "SCRATCH/notes.txt"}}
     done = "The second line is the bravo line."
     if model == CODEX:
         steps: list[Any] = [{"tool_calls": [read]}, {"answer": done}]
-    else:
-        steps = [{"answer": json.dumps({"tool_call": read})}, {"answer": answer_json(done)}]
+    else:  # with a thought: Claude Code gets a thinking block (signature "") and sends it back
+        first = {"answer": json.dumps({"tool_call": read}), "thought": "THOUGHT-1-read-it"}
+        steps = [first, {"answer": answer_json(done)}]
     out, _ = await claude_code(
         stack,
         model,
@@ -347,5 +360,15 @@ async def test_claude_code_runs_its_read_tool(stack: Stack, model: str) -> None:
         text = prompt_text(model, last)
         assert 'role="assistant_tool_call" name="Read"' in text
         result = text.split('role="tool_result"', 1)[1].split("</turn>", 1)[0]
+        assert text.count("THOUGHT-1") == 1  # in the directive only: not shown to the model
+        sent_back = [
+            block
+            for req in seen
+            for msg in req.messages
+            if msg.role == "assistant" and isinstance(msg.content, list)
+            for block in msg.content
+            if isinstance(block, ThinkingBlock)
+        ]
+        assert [(b.thinking, b.signature) for b in sent_back] == [("THOUGHT-1-read-it", "")]
     assert "bravo-from-the-file-7731" in result  # the file's line, read by Claude Code
     stack.assert_keys()
