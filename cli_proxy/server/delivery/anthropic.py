@@ -141,7 +141,7 @@ class MessagesFormat:
                     {"type": "content_block_delta", "index": index, "delta": delta},
                 )
             )
-        return out
+        return [b"".join(out)] if len(out) > 1 else out  # one write per answer event
 
     def _stop(self) -> list[bytes]:
         index, self._open = self._open, None
@@ -155,14 +155,9 @@ class MessagesFormat:
             "stop_reason": STOP_REASONS.get(end.finish_reason, "end_turn"),
             "stop_sequence": None,
         }
-        return [
-            *self._stop(),
-            encode_event(
-                "message_delta",
-                {"type": "message_delta", "delta": delta, "usage": usage(end.usage)},
-            ),
-            encode_event("message_stop", {"type": "message_stop"}),
-        ]
+        final = {"type": "message_delta", "delta": delta, "usage": usage(end.usage)}
+        stop = encode_event("message_stop", {"type": "message_stop"})
+        return [b"".join([*self._stop(), encode_event("message_delta", final), stop])]
 
     def fail(self, answer: Answer, err: APIError) -> list[bytes]:
         """The answer broke off after the stream started: an ``error`` event with
