@@ -6,8 +6,9 @@ spawns that same fake CLI directly with the same stdin, bare and through the gat
 containment (its launcher: bwrap or setpriv, private home, work dir, session, reaping),
 so the throughput ratio separates the gateway's cost from the containment's. Prints a table
 and writes bench/results.json. Targets are reported, not enforced: the exit code is 0 either way.
-``python bench/run.py --only answer-reader`` runs the in-process answer reader rows alone
-(printed, no file written).
+``python bench/run.py --only answer-reader`` runs the in-process answer reader rows alone,
+``--only messages`` the Messages API's rows against chat completions (printed, no file
+written).
 """
 
 from __future__ import annotations
@@ -294,6 +295,77 @@ async def stream_latency(url: str) -> None:
     row("samples (chunks timed)", len(lat), "", "100", len(lat) == 100)
 
 
+MESSAGES_BODY = {"model": MODEL, "max_tokens": 1024, "messages": BODY["messages"]}
+
+
+async def first_content(
+    session: aiohttp.ClientSession, url: str, path: str, body: dict[str, Any], marker: bytes
+) -> float:
+    """A streamed call: ms from sending it to the first piece of answer text."""
+    started = time.perf_counter()
+    first = 0.0
+    async with session.post(url + path, json={**body, "stream": True}) as resp:
+        assert resp.status == 200, await resp.text()
+        seen = b""
+        async for chunk in resp.content.iter_any():
+            if not first:
+                seen += chunk
+                if marker in seen:
+                    first = (time.perf_counter() - started) * 1000
+    assert first, f"no answer text from {path}"
+    return first
+
+
+async def messages_against_chat(url: str, pid: int) -> None:
+    """The Messages API beside chat completions on the same fake backend, interleaved: what
+    its request model and delivery format cost on top of the same pipeline."""
+    chat = ("/v1/chat/completions", BODY, b'"content":"Hello')
+    messages = ("/v1/messages", MESSAGES_BODY, b'"text_delta"')
+    gw = psutil.Process(pid)
+    async with aiohttp.ClientSession() as session:
+        for path, body, marker in (chat, messages):  # warm-up
+            for _ in range(3):
+                await first_content(session, url, path, body, marker)
+        c: list[float] = []
+        m: list[float] = []
+        cpu = {chat[0]: 0.0, messages[0]: 0.0}
+        for i in range(60):  # call by call: chat, messages / messages, chat
+            for path, body, marker in (chat, messages) if i % 2 == 0 else (messages, chat):
+                (c if path == chat[0] else m).append(
+                    await first_content(session, url, path, body, marker)
+                )
+        for i in range(8):  # CPU in blocks of 10 calls, alternating (ticks are 10 ms)
+            for path, body, marker in (chat, messages) if i % 2 == 0 else (messages, chat):
+                before = gw.cpu_times()
+                for _ in range(10):
+                    await first_content(session, url, path, body, marker)
+                after = gw.cpu_times()
+                cpu[path] += (after.user + after.system) - (before.user + before.system)
+    paired = [b - a for a, b in zip(c, m, strict=True)]
+    spread = pct(c, 75) - pct(c, 25)
+    chat_cpu, msg_cpu = cpu[chat[0]] * 1000 / 40, cpu[messages[0]] * 1000 / 40
+    print("7. /v1/messages against /v1/chat/completions (same fake claude, streamed, interleaved)")
+    row("chat: first content, median", statistics.median(c), "ms", "", None)
+    row("messages: first content, median", statistics.median(m), "ms", "", None)
+    row(
+        "messages minus chat, median of paired differences",
+        statistics.median(paired),
+        "ms",
+        f"|x| <= {spread / 2:.2f} ms",
+        abs(statistics.median(paired)) <= spread / 2,
+    )
+    row("chat: first content, interquartile range", spread, "ms", "", None)
+    row("chat: gateway CPU per call", chat_cpu, "ms", "", None)
+    row("messages: gateway CPU per call", msg_cpu, "ms", "", None)
+    row(
+        "messages/chat gateway CPU per call",
+        msg_cpu / chat_cpu,
+        "",
+        "<= 1.1",
+        msg_cpu / chat_cpu <= 1.1,
+    )
+
+
 def scale() -> None:
     print("4. scale with work (in-process, median of 5)")
 
@@ -509,6 +581,14 @@ async def main() -> None:
     if sys.argv[1:] == ["--only", "answer-reader"]:  # in-process, no gateway; prints only
         answer_reader()
         return
+    if sys.argv[1:] == ["--only", "messages"]:  # the Messages API rows alone; prints only
+        proc, url = start_gateway()
+        try:
+            await messages_against_chat(url, proc.pid)
+        finally:
+            proc.terminate()
+            proc.wait(10)
+        return
     started = time.monotonic()
     load = os.getloadavg()[0]
     proc, url = start_gateway()
@@ -524,6 +604,7 @@ async def main() -> None:
         scale()
         await memory(url, proc.pid, fresh)
         answer_reader()
+        await messages_against_chat(url, proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)

@@ -6,19 +6,23 @@ from __future__ import annotations
 
 import asyncio
 import hmac
+import math
 import time
 import uuid
-from collections.abc import Awaitable, Callable
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping
+from datetime import UTC, datetime
+from typing import Any, Literal
 from urllib.parse import unquote
 
 import structlog
 from aiohttp import web
 
 from cli_proxy import jsondepth
-from cli_proxy.failures import CallError, FailureKind
+from cli_proxy.failures import CallError, FailureKind, InvalidRequest
 from cli_proxy.gateway import Gateway
 from cli_proxy.logs import log
+from cli_proxy.plan.images import extract
+from cli_proxy.plan.prompt import render
 from cli_proxy.protocol import ChatCompletionRequest, ModelCard, ModelList, Usage
 from cli_proxy.run.call import Call
 from cli_proxy.server.calls_log import CallRecord
@@ -30,6 +34,7 @@ from cli_proxy.server.delivery import (
     deliver,
     json_response,
 )
+from cli_proxy.server.delivery.anthropic import MessagesFormat
 from cli_proxy.server.delivery.chat import ChatFormat
 from cli_proxy.server.delivery.responses import ResponsesFormat
 from cli_proxy.server.errors import APIError, api_error, validated
@@ -37,6 +42,7 @@ from cli_proxy.server.guard import Guard
 from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from cli_proxy.server.openapi import openapi_json
 from cli_proxy.server.status import STATUS_PATH, add_status_page
+from cli_proxy.server.wire import anthropic as anthropic_wire
 from cli_proxy.server.wire.responses import ResponsesRequest, to_chat_request
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
@@ -44,12 +50,33 @@ LOGGED: web.RequestKey[bool] = web.RequestKey("logged", bool)
 STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
-ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses"}
+ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/messages": "messages"}
 Logger = structlog.typing.FilteringBoundLogger
 
+Wire = Literal["openai", "anthropic"]
 
-def error_response(err: APIError) -> web.Response:
-    resp = json_response(err.body(), err.status, err.headers)
+
+def wire_format(path: str, headers: Mapping[str, str]) -> Wire:
+    """Which API a request speaks, so that its errors come in that API's body: Anthropic's
+    on ``/v1/messages*`` (and ``/messages*``), and on ``/v1/models*`` when the request
+    carries ``anthropic-version`` (the anthropic SDK's ``models.list()``); else OpenAI's."""
+
+    def under(*roots: str) -> bool:
+        return any(path == r or path.startswith(r + "/") for r in roots)
+
+    if under("/v1/messages", "/messages"):
+        return "anthropic"
+    if "anthropic-version" in headers and under("/v1/models", "/models"):
+        return "anthropic"
+    return "openai"
+
+
+def error_response(err: APIError, wire: Wire = "openai") -> web.Response:
+    if wire == "anthropic":
+        status, body = anthropic_wire.error_status(err), anthropic_wire.error_body(err)
+    else:
+        status, body = err.status, err.body()
+    resp = json_response(body, status, err.headers)
     if err.status == 408:  # the rest of a half-sent body would be read as the next request
         resp.force_close()
     return resp
@@ -58,6 +85,7 @@ def error_response(err: APIError) -> web.Response:
 @web.middleware
 async def errors_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     started = time.monotonic()
+    wire = wire_format(request.path, request.headers)
     try:
         return await handler(request)
     except (APIError, CallError) as exc:
@@ -78,10 +106,10 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
                 param=err.param,
             )
             log.debug("request_rejected_detail", message=err.message[:500])
-        return error_response(err)
+        return error_response(err, wire)
     except web.HTTPRequestEntityTooLarge as exc:
         return error_response(
-            APIError(413, f"request body too large: {exc.text}", code="request_too_large")
+            APIError(413, f"request body too large: {exc.text}", code="request_too_large"), wire
         )
     except web.HTTPException as exc:
         if exc.status < 400:
@@ -96,31 +124,53 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
                     f"{request.method} is not allowed on {request.path} (allowed: {allow})",
                     code="method_not_allowed",
                     headers={"Allow": allow},
-                )
+                ),
+                wire,
             )
-        return error_response(APIError(exc.status, exc.reason, code=None))
+        return error_response(APIError(exc.status, exc.reason, code=None), wire)
     except Exception:
         log.exception("unhandled_error", path=request.path)
-        return error_response(APIError(500, "internal gateway error; see the gateway log"))
+        return error_response(APIError(500, "internal gateway error; see the gateway log"), wire)
 
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
     keys = request.app[GATEWAY].settings.api_keys
-    if keys and request.path not in HEALTH_PATHS and request.path != STATUS_PATH:  # its own
-        header = request.headers.get("Authorization", "")
-        scheme, _, token = header.partition(" ")
-        presented = token.strip().encode("utf-8", "surrogateescape")
-        ok = scheme.lower() == "bearer" and any(
-            hmac.compare_digest(presented, k.get_secret_value().encode()) for k in keys
+    probe = request.method == "HEAD" and request.path == "/"
+    own = request.path in HEALTH_PATHS or request.path == STATUS_PATH  # the status page: its own
+    if keys and not own and not probe:
+        ok = any(
+            hmac.compare_digest(presented, k.get_secret_value().encode())
+            for presented in _presented_keys(request)
+            for k in keys
         )
         if not ok:
             raise APIError(
                 401,
-                "Incorrect or missing API key: send 'Authorization: Bearer <key>'",
+                "Incorrect or missing API key: send 'Authorization: Bearer <key>' "
+                "or 'x-api-key: <key>'",
                 code="invalid_api_key",
             )
     return await handler(request)
+
+
+def _presented_keys(request: web.Request) -> list[bytes]:
+    """The keys a request presents: ``Authorization: Bearer`` (OpenAI clients, the
+    anthropic SDKs) and ``x-api-key`` (Claude Code, LiteLLM's anthropic provider)."""
+    out = []
+    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
+    if scheme.lower() == "bearer":
+        out.append(token.strip().encode("utf-8", "surrogateescape"))
+    api_key = request.headers.get("x-api-key")
+    if api_key is not None:
+        out.append(api_key.strip().encode("utf-8", "surrogateescape"))
+    return out
+
+
+async def probe(request: web.Request) -> web.Response:
+    """``HEAD /``: Claude Code's reachability probe at start-up, sent without a key; it
+    answers 200 with no body (no key needed: it says no more than that a server listens)."""
+    return web.Response()
 
 
 async def health(request: web.Request) -> web.Response:
@@ -159,23 +209,47 @@ def _cards(gw: Gateway) -> list[ModelCard]:
     return [ModelCard(id=m, created=STARTED, owned_by=owner) for m, owner in gw.source.models()]
 
 
+def _model_info(card: ModelCard) -> dict[str, Any]:
+    """A model as Anthropic's ``GET /v1/models`` lists one."""
+    created = datetime.fromtimestamp(card.created, UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "type": "model",
+        "id": card.id,
+        "display_name": card.id,
+        "created_at": created,
+        "lifecycle": "active",
+    }
+
+
 async def list_models(request: web.Request) -> web.Response:
     cards = _cards(request.app[GATEWAY])
+    if wire_format(request.path, request.headers) == "anthropic":
+        data = [_model_info(c) for c in cards]
+        return json_response(
+            {
+                "data": data,
+                "has_more": False,
+                "first_id": data[0]["id"] if data else None,
+                "last_id": data[-1]["id"] if data else None,
+            }
+        )
     return json_response(ModelList(data=cards).model_dump())
 
 
 async def get_model(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
     model_id = unquote(request.match_info["model"])
-    for card in _cards(gw):
-        if card.id == model_id:
-            return json_response(card.model_dump())
-    r = gw.source.route(model_id)
-    if r is None:
-        raise APIError(
-            404, f"The model '{model_id}' does not exist", param="model", code="model_not_found"
-        )
-    return json_response(ModelCard(id=model_id, created=STARTED, owned_by=r.backend).model_dump())
+    card = next((c for c in _cards(gw) if c.id == model_id), None)
+    if card is None:
+        r = gw.source.route(model_id)
+        if r is None:
+            raise APIError(
+                404, f"The model '{model_id}' does not exist", param="model", code="model_not_found"
+            )
+        card = ModelCard(id=model_id, created=STARTED, owned_by=r.backend)
+    if wire_format(request.path, request.headers) == "anthropic":
+        return json_response(_model_info(card))
+    return json_response(card.model_dump())
 
 
 async def read_json(request: web.Request) -> dict[str, Any]:
@@ -314,6 +388,39 @@ async def responses(request: web.Request) -> web.StreamResponse:
     )
 
 
+async def messages(request: web.Request) -> web.StreamResponse:
+    """Anthropic's Messages API on the same pipeline (docs/anthropic-api.md)."""
+    mreq = anthropic_wire.validated(anthropic_wire.MessagesRequest, await read_json(request))
+    chat = anthropic_wire.to_chat_request(mreq)
+    req = chat.request
+    try:
+        return await run_logged(
+            request, req, "messages", lambda call: MessagesFormat(mreq, call.plan.call.ids)
+        )
+    except InvalidRequest as exc:  # found by the planner: name the field as the client sent it
+        exc.param = chat.param(exc.param)
+        raise
+
+
+async def count_tokens(request: web.Request) -> web.Response:
+    """``POST /v1/messages/count_tokens``: an estimate, named as one in docs/anthropic-api.md:
+    the characters of the prompt the gateway would render for the request, over 4 (images
+    and the CLI's own system prompt are not counted). Nothing runs."""
+    creq = anthropic_wire.validated(anthropic_wire.CountTokensRequest, await read_json(request))
+    chat = anthropic_wire.to_chat_request(creq)
+    req, gw = chat.request, request.app[GATEWAY]
+    if gw.source.route(req.model) is None:
+        raise APIError(
+            404, f"The model '{req.model}' does not exist", param="model", code="model_not_found"
+        )
+    try:
+        prompt = render(req, gw.prompt_options, extract(req, gw.image_limits))
+    except InvalidRequest as exc:
+        raise APIError(400, exc.message, param=chat.param(exc.param), code=exc.code) from None
+    chars = sum(map(len, prompt.blocks))
+    return json_response({"input_tokens": math.ceil(chars / 4)})
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
@@ -353,7 +460,8 @@ async def metrics(request: web.Request) -> web.Response:
 
 async def not_found(request: web.Request) -> web.Response:
     return error_response(
-        APIError(404, f"no route for {request.method} {request.path}", code="unknown_url")
+        APIError(404, f"no route for {request.method} {request.path}", code="unknown_url"),
+        wire_format(request.path, request.headers),
     )
 
 
@@ -372,9 +480,12 @@ def create_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
     app.router.add_get("/metrics", metrics)
     add_status_page(app, gateway)  # GET /status: HTML for people (Basic auth too)
+    app.router.add_route("HEAD", "/", probe)  # Claude Code's probe
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
         app.router.add_post(f"{prefix}/responses", responses)
+        app.router.add_post(f"{prefix}/messages", messages)
+        app.router.add_post(f"{prefix}/messages/count_tokens", count_tokens)
         app.router.add_get(f"{prefix}/models", list_models)
         app.router.add_get(f"{prefix}/models/{{model:.+}}", get_model)
 

@@ -22,7 +22,8 @@ Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
 _CORS_ALLOW_HEADERS = (
-    "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project, X-Stainless-Retry-Count"
+    "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project, X-Stainless-Retry-Count, "
+    "X-Api-Key, Anthropic-Version, Anthropic-Beta"  # the anthropic SDKs' (browser use)
 )
 
 

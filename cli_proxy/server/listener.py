@@ -3,7 +3,9 @@
 - Requests the HTTP parser rejects before any handler runs (a bad chunk size, Content-Length
   with Transfer-Encoding, an oversized header line, too many headers, a NUL in a header, an
   invalid method) get the OpenAI error JSON like every other error, and one log line instead
-  of a traceback.
+  of a traceback. The body is the request's API's (``app.wire_format``): Anthropic's on the
+  Messages API's paths, whose request line is noted as it arrives, since aiohttp's parser
+  refuses a request before it has one.
 - A request's line and headers must arrive within ``header_timeout_s`` of its first byte:
   a client trickling its headers (slowloris) is answered 408 and disconnected. Idle
   keep-alive connections are aiohttp's ``keepalive_timeout``'s business, not this one.
@@ -20,11 +22,13 @@ from aiohttp.web_request import BaseRequest
 
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.logs import log
+from cli_proxy.server.app import Wire, wire_format
 from cli_proxy.server.errors import APIError
+from cli_proxy.server.wire import anthropic as anthropic_wire
 
 
-def _error_bytes(err: APIError) -> bytes:
-    return json_bytes(err.body())
+def _error_bytes(err: APIError, wire: Wire = "openai") -> bytes:
+    return json_bytes(anthropic_wire.error_body(err) if wire == "anthropic" else err.body())
 
 
 class GatewayRequestHandler(RequestHandler):
@@ -35,14 +39,29 @@ class GatewayRequestHandler(RequestHandler):
     def __init__(self, *args: Any, **kwargs: Any) -> None:
         super().__init__(*args, **kwargs)
         self._head_timer: asyncio.TimerHandle | None = None
+        self._line = b""  # the first bytes of the request coming in, until its line is whole
+        self._path: str | None = None  # the path of its request line
 
     def data_received(self, data: bytes) -> None:
         if data and self._head_timer is None and self._between_requests():
             self._head_timer = self._loop.call_later(self.header_timeout_s, self._head_late)
+            self._line, self._path = b"", None
+        if data and self._path is None and self._between_requests():
+            self._note_path(data)
         super().data_received(data)
         if self._head_timer is not None and not self._between_requests():
             self._head_timer.cancel()
             self._head_timer = None
+
+    def _note_path(self, data: bytes) -> None:
+        """The request line's path, for an answer given before aiohttp has a request (a
+        parser refusal, the header deadline): it decides that answer's error body."""
+        self._line += data[: 8192 - len(self._line)]
+        line, sep, _ = self._line.partition(b"\n")
+        if sep or len(self._line) >= 8192:
+            parts = line.split(b" ")
+            target = parts[1].decode("latin-1") if len(parts) > 1 else "/"
+            self._path, self._line = target.partition("?")[0], b""
 
     def _between_requests(self) -> bool:
         # aiohttp's own state (3.9+); read defensively so that a rename in a later aiohttp
@@ -61,7 +80,7 @@ class GatewayRequestHandler(RequestHandler):
             f"the request line and headers did not arrive within {self.header_timeout_s:g} s",
             code="request_timeout",
         )
-        body = _error_bytes(err)
+        body = _error_bytes(err, wire_format(self._path or "/", {}))
         head = (
             "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -101,8 +120,13 @@ class GatewayRequestHandler(RequestHandler):
                 "http_request_rejected", status=status, error=type(exc).__name__ if exc else None
             )
             log.debug("http_request_rejected_detail", detail=message or repr(exc))
+        if request.method == "UNKNOWN":  # aiohttp's stand-in for a request it refused
+            wire = wire_format(self._path or "/", {})
+        else:
+            wire = wire_format(request.path, request.headers)
+        status = anthropic_wire.error_status(err) if wire == "anthropic" else err.status
         resp = web.Response(
-            status=err.status, body=_error_bytes(err), content_type="application/json"
+            status=status, body=_error_bytes(err, wire), content_type="application/json"
         )
         resp.force_close()
         return resp

@@ -31,6 +31,7 @@ from cli_proxy.protocol import (
     ModelList,
     Usage,
 )
+from cli_proxy.server.wire.anthropic import CountTokensRequest, MessagesRequest
 from cli_proxy.server.wire.responses import ResponsesRequest
 
 REF = "#/components/schemas/{model}"
@@ -132,10 +133,60 @@ class ResponseStreamEvent(BaseModel):
     sequence_number: int
 
 
+class AnthropicMessage(BaseModel):
+    """Anthropic's Messages API answer (``delivery/anthropic.py``); content blocks are
+    ``text``, ``tool_use`` (``input`` an object) and, when asked for, ``thinking``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[dict[str, Any]]
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None
+    stop_sequence: str | None
+    usage: dict[str, int]
+
+
+class AnthropicStreamEvent(BaseModel):
+    """One event of a streamed Message: its ``type`` is also the SSE ``event:`` name
+    (message_start, content_block_start, ping, content_block_delta, content_block_stop,
+    message_delta, message_stop; or error)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+
+class TokenCount(BaseModel):
+    """``POST /v1/messages/count_tokens``: an estimate (docs/anthropic-api.md)."""
+
+    input_tokens: int
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicErrorBody(BaseModel):
+    """Every error on the Messages API's paths."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+
+
 # (model, mode): requests are read in validation mode, answers written in serialization mode
 _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (ChatCompletionRequest, "validation"),
     (ResponsesRequest, "validation"),
+    (MessagesRequest, "validation"),
+    (CountTokensRequest, "validation"),
+    (AnthropicMessage, "serialization"),
+    (AnthropicStreamEvent, "serialization"),
+    (TokenCount, "serialization"),
+    (AnthropicErrorBody, "serialization"),
     (ChatCompletion, "serialization"),
     (ResponseObject, "serialization"),
     (ModelList, "serialization"),
@@ -165,9 +216,13 @@ _STATUS_TEXT: dict[int, str] = {
     503: "The CLI binary is missing, its provider is overloaded, or the gateway is draining",
     504: "The CLI ran past the call's cap (timeout_s, or a non-streamed call's "
     "x-stainless-read-timeout) or printed nothing for idle_timeout_s",
+    529: "The CLI's provider is overloaded (the Messages API's overloaded_error; on the "
+    "OpenAI paths a 503)",
 }
 
 _CALL_ERRORS = (400, 401, 402, 403, 404, 408, 413, 415, 429, 502, 503, 504)
+_MESSAGES_ERRORS = (*_CALL_ERRORS, 529)
+_COUNT_ERRORS = (400, 401, 403, 404, 408, 413, 415)
 _GET_ERRORS = (401, 403)
 
 
@@ -233,6 +288,7 @@ def build_document() -> dict[str, Any]:
         answer: type[BaseModel],
         stream: str,
         events: dict[str, Any],
+        errors: dict[str, Any] | None = None,
     ) -> Any:
         return {
             "post": {
@@ -248,7 +304,7 @@ def build_document() -> dict[str, Any]:
                         f"a server-sent event stream: {stream}",
                         "content": {JSON: {"schema": ref[answer]}, SSE: events},
                     },
-                    **_errors(_CALL_ERRORS, error),
+                    **(errors or _errors(_CALL_ERRORS, error)),
                 },
             }
         }
@@ -279,9 +335,38 @@ def build_document() -> dict[str, Any]:
             "failure after the first event is 'response.failed' then an 'error' event",
             _sse(_json_text(ref[ResponseStreamEvent]), {"type": "string"}),
         ),
+        "/v1/messages": call(
+            "createMessage",
+            "Create a message (Anthropic's Messages API, on the same pipeline; "
+            "docs/anthropic-api.md)",
+            MessagesRequest,
+            AnthropicMessage,
+            "Anthropic's events ('event: message_start' ... 'event: message_stop'); a failure "
+            "after the first event is an 'error' event",
+            _sse(_json_text(ref[AnthropicStreamEvent]), {"type": "string"}),
+            _errors(_MESSAGES_ERRORS, ref[AnthropicErrorBody]),
+        ),
+        "/v1/messages/count_tokens": {
+            "post": {
+                "summary": "Estimate the input tokens of a Messages request (nothing runs)",
+                "operationId": "countTokens",
+                "requestBody": {
+                    "required": True,
+                    "content": {JSON: {"schema": ref[CountTokensRequest]}},
+                },
+                "responses": {
+                    "200": {
+                        "description": "The estimate: the rendered prompt's characters / 4",
+                        "content": {JSON: {"schema": ref[TokenCount]}},
+                    },
+                    **_errors(_COUNT_ERRORS, ref[AnthropicErrorBody]),
+                },
+            }
+        },
         "/v1/models": {
             "get": {
-                "summary": "List the models of the enabled backends",
+                "summary": "List the models of the enabled backends (in Anthropic's shape "
+                "when the request carries anthropic-version)",
                 "operationId": "listModels",
                 "responses": {
                     "200": {
@@ -374,9 +459,10 @@ def build_document() -> dict[str, Any]:
             "title": "cli-proxy",
             "version": __version__,
             "description": "OpenAI-compatible gateway that runs a CLI "
-            f"({', '.join(names())}) as its model. Every path is also served without the "
-            "/v1 prefix. "
-            'Errors are always {"error": {message, type, param, code}}.',
+            f"({', '.join(names())}) as its model, and Anthropic's Messages API on the same "
+            "pipeline. Every path is also served without the /v1 prefix. Errors are "
+            '{"error": {message, type, param, code}}; on /v1/messages* (and /v1/models* '
+            'with anthropic-version) {"type": "error", "error": {type, message}}.',
         },
         "x-backends": _backends(),
         "paths": paths,
@@ -387,10 +473,16 @@ def build_document() -> dict[str, Any]:
                     "type": "http",
                     "scheme": "bearer",
                     "description": "Required only when the gateway has api_keys set",
-                }
+                },
+                "apiKey": {
+                    "type": "apiKey",
+                    "in": "header",
+                    "name": "x-api-key",
+                    "description": "The same keys, as Anthropic clients send them",
+                },
             },
         },
-        "security": [{"bearer": []}, {}],
+        "security": [{"bearer": []}, {"apiKey": []}, {}],
     }
 
 

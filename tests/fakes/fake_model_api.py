@@ -53,6 +53,10 @@ message text (our prompt is XML-escaped by the gateway, so the text after the ma
   stop_reason    Anthropic stop_reason (default ``end_turn``; Gemini: mapped to
                  finishReason, ``max_tokens`` -> ``MAX_TOKENS``, else ``STOP``)
   input_tokens / output_tokens   override the usage numbers
+  steps          an agent's task: a list of directives, the one used (over the rest) indexed
+                 by the number of tool results in the request (the gateway's prompt's
+                 ``role="tool_result"`` turns, or Responses ``function_call_output`` items);
+                 the last one repeats
   think          streaming only: before the first answer token, "think" for this many
                  seconds, sending the provider's own events every ``think_every`` s
                  (default 0.5): Anthropic a ``thinking`` content block of thinking_delta
@@ -301,8 +305,12 @@ class Plan:
     output_tokens: int
 
     @classmethod
-    def make(cls, all_text: str, last_user: str) -> Plan:
+    def make(cls, all_text: str, last_user: str, results: int | None = None) -> Plan:
         d = parse_directive(all_text)
+        steps = d.get("steps")
+        if isinstance(steps, list) and steps and all(isinstance(x, dict) for x in steps):
+            done = all_text.count('role="tool_result"') if results is None else results
+            d = {**d, **steps[min(done, len(steps) - 1)]}
         if d.get("echo_prompt"):
             answer = last_user
         elif isinstance(d.get("answer"), str):
@@ -429,6 +437,12 @@ class FakeModelAPI:
     """When set, ``POST /v1/responses`` needs ``Authorization: Bearer <openai_key>``: a
     missing or other credential answers 401 with api.openai.com's ``invalid_api_key`` body
     (the codex tests with ``CODEX_API_KEY``)."""
+    anthropic_key: str | None = None
+    """When set, ``POST /v1/messages*`` needs ``x-api-key: <anthropic_key>`` (the claude CLI's
+    ``ANTHROPIC_API_KEY``); else 401 in Anthropic's shape."""
+    gemini_key: str | None = None
+    """When set, a Gemini model call needs ``x-goog-api-key: <gemini_key>`` (the gemini CLI's
+    ``GEMINI_API_KEY``); else 401 in Gemini's shape."""
     _runner: web.AppRunner | None = None
 
     async def close(self) -> None:
@@ -774,7 +788,11 @@ class FakeModelAPI:
         if not isinstance(body, dict):
             return self._openai_error(400, "request body must be a JSON object", {})
         _system, all_text, last_user = responses_texts(body)
-        plan = Plan.make(all_text, last_user)
+        items = body.get("input") if isinstance(body.get("input"), list) else []
+        outputs = [
+            i for i in items if isinstance(i, dict) and i.get("type") == "function_call_output"
+        ]
+        plan = Plan.make(all_text, last_user, len(outputs))
         d = plan.directive
         if plan.initial_delay:
             await asyncio.sleep(plan.initial_delay)
@@ -947,6 +965,24 @@ class FakeModelAPI:
         return web.json_response({})
 
     @web.middleware
+    async def _keys(self, request: web.Request, handler: Any) -> web.StreamResponse:
+        """``anthropic_key`` and ``gemini_key``: each API's key, as its CLI sends it."""
+        if request.method == "POST":
+            path = request.path
+            anthropic = self.anthropic_key is not None and path.startswith("/v1/messages")
+            if anthropic and request.headers.get("x-api-key") != self.anthropic_key:
+                await self._record(request)
+                return self._anthropic_error(401, None, {})
+            gemini = path.startswith(("/v1beta/models/", "/v1/models/"))
+            if self.gemini_key is not None and gemini:
+                sent = request.headers.get("x-goog-api-key", request.query.get("key"))
+                if sent != self.gemini_key:
+                    await self._record(request)
+                    return self._gemini_error(401, "API key not valid.", {})
+        response: web.StreamResponse = await handler(request)
+        return response
+
+    @web.middleware
     async def _bearer(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self.accept_bearer is not None and request.method == "POST":
             auth = request.headers.get("Authorization", "")
@@ -999,7 +1035,8 @@ class FakeModelAPI:
         return web.json_response({"error": error}, status=401)
 
     def make_app(self) -> web.Application:
-        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=[self._bearer])
+        middlewares = [self._keys, self._bearer]
+        app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/messages", self.anthropic_messages)
         app.router.add_post("/v1/messages/count_tokens", self.anthropic_count_tokens)
         app.router.add_post(r"/v1beta/models/{model_method:[^/]+}", self.gemini_model_call)
@@ -1011,12 +1048,22 @@ class FakeModelAPI:
 
 
 async def start_fake_model_api(
-    host: str = "127.0.0.1", port: int = 0, cache: bool = False, openai_key: str | None = None
+    host: str = "127.0.0.1",
+    port: int = 0,
+    cache: bool = False,
+    openai_key: str | None = None,
+    anthropic_key: str | None = None,
+    gemini_key: str | None = None,
 ) -> FakeModelAPI:
     """Start the fake model API on ``host:port`` (0: any free port) and return it; ``cache``
-    simulates Anthropic prompt caching (``PromptCache``); ``openai_key``: the only key
-    ``/v1/responses`` accepts (``FakeModelAPI.openai_key``)."""
-    api = FakeModelAPI(cache=PromptCache() if cache else None, openai_key=openai_key)
+    simulates Anthropic prompt caching (``PromptCache``); ``openai_key``, ``anthropic_key``,
+    ``gemini_key``: the only key each API accepts (``FakeModelAPI.openai_key``, ...)."""
+    api = FakeModelAPI(
+        cache=PromptCache() if cache else None,
+        openai_key=openai_key,
+        anthropic_key=anthropic_key,
+        gemini_key=gemini_key,
+    )
     runner = web.AppRunner(api.make_app(), access_log=None)
     await runner.setup()
     site = web.TCPSite(runner, host, port)

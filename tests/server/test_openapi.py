@@ -58,6 +58,8 @@ def test_the_document_is_valid_openapi_3_1() -> None:
     assert ops == {
         ("POST", "/v1/chat/completions"),
         ("POST", "/v1/responses"),
+        ("POST", "/v1/messages"),
+        ("POST", "/v1/messages/count_tokens"),
         ("GET", "/v1/models"),
         ("GET", "/v1/models/{model}"),
         ("GET", "/health"),
@@ -77,12 +79,13 @@ def test_statuses_and_media_types_are_the_servers() -> None:
     }
     assert set(chat["200"]["content"]) == {"application/json", "text/event-stream"}
     assert chat["429"]["headers"]["Retry-After"]
-    for path in paths.values():
+    for name, path in paths.items():
+        body = "AnthropicErrorBody" if name.startswith("/v1/messages") else "ErrorBody"
         for op in path.values():
             for status, answer in op["responses"].items():
                 if status.startswith(("4", "5")):
                     ref = answer["content"]["application/json"]["schema"]["$ref"]
-                    assert ref == "#/components/schemas/ErrorBody"
+                    assert ref == f"#/components/schemas/{body}"
     assert "404" in paths["/v1/models/{model}"]["get"]["responses"]
     assert paths["/health"]["get"]["security"] == []  # /health never needs a key
     assert paths["/health/ready"]["get"]["security"] == []
@@ -384,6 +387,35 @@ def assert_openai_shaped(status: int, ctype: str, content: bytes, label: str) ->
         assert isinstance(body["error"]["message"], str) and body["error"]["message"]
 
 
+def assert_anthropic_shaped(status: int, ctype: str, content: bytes, label: str) -> None:
+    """The Messages API's answers: its events, ended by message_stop or an error event; its
+    error body, never OpenAI's."""
+    if status == 200 and ctype.startswith("text/event-stream"):
+        events = [e for e in content.decode("utf-8").split("\n\n") if e.strip()]
+        names = [e.split("\n")[0] for e in events if not e.startswith(":")]
+        assert all(n.startswith("event: ") for n in names), (label, names)
+        assert names[0] == "event: message_start", label
+        assert names[-1] in ("event: message_stop", "event: error"), label
+        return
+    assert ctype.startswith("application/json"), (label, status, ctype, content[:300])
+    body = json.loads(content)
+    if status >= 400:
+        assert set(body) == {"type", "error"} and body["type"] == "error", (label, body)
+        assert set(body["error"]) == {"type", "message"}, (label, body)
+        assert isinstance(body["error"]["message"], str) and body["error"]["message"]
+
+
+def chat_code(live: LiveGateway, http: requests.Session, body: Any) -> str:
+    """The gateway's error code for a Messages request, from the same request on the chat
+    path (the fake CLI answers a prompt the same way every time)."""
+    from cli_proxy.server.wire.anthropic import MessagesRequest, to_chat_request
+
+    req = to_chat_request(MessagesRequest.model_validate(body)).request
+    chat = req.model_dump(exclude_none=True, mode="json") | {"stream": False}
+    r = http.post(f"{live.base_url}/v1/chat/completions", json=chat, timeout=30)
+    return str(r.json()["error"]["code"])
+
+
 def run_case(case: schemathesis.Case, live: LiveGateway, http: requests.Session, op: str) -> None:
     started = time.monotonic()
     resp = case.call(base_url=live.base_url, session=http, timeout=30)
@@ -391,7 +423,16 @@ def run_case(case: schemathesis.Case, live: LiveGateway, http: requests.Session,
     label = f"{op} {resp.status_code} body={json.dumps(case.body, default=str)[:400]}"
     STATS[op] = STATS.get(op, 0) + 1
     STATUSES[(op, resp.status_code)] = STATUSES.get((op, resp.status_code), 0) + 1
-    assert_openai_shaped(resp.status_code, header(resp, "Content-Type"), resp.content, label)
+    anthropic_path = op.startswith("POST /v1/messages")
+    shaped = assert_anthropic_shaped if anthropic_path else assert_openai_shaped
+    shaped(resp.status_code, header(resp, "Content-Type"), resp.content, label)
+    if resp.status_code == 502 and anthropic_path:
+        assert chat_code(live, http, case.body) in ANSWER_CODES, label
+        case.validate_response(
+            resp,
+            checks=[status_code_conformance, content_type_conformance, response_schema_conformance],
+        )
+        return
     if resp.status_code == 502:  # the only 5xx a fake CLI that always answers may cause
         assert json.loads(resp.content)["error"]["code"] in ANSWER_CODES, label
         case.validate_response(
@@ -461,6 +502,38 @@ def test_real_answers_conform_to_the_document(
         if kind == "tool_call":  # a call was made, not just the tool list echoed
             made = b'"tool_calls"' if api == "chat" else b'"type":"function_call"'
             assert made in resp.content.replace(b": ", b":")
+
+
+@pytest.mark.parametrize("stream", [False, True], ids=["json", "sse"])
+@pytest.mark.parametrize("model", MODELS)
+@pytest.mark.parametrize("kind", sorted(ANSWERS))
+def test_real_messages_answers_conform_to_the_document(
+    kind: str, model: str, stream: bool, live: LiveGateway, http: requests.Session
+) -> None:
+    """The same answers through the Messages API, checked against its own schemas."""
+    chat = ANSWERS[kind]
+    body: dict[str, Any] = {
+        "model": model,
+        "stream": stream,
+        "max_tokens": 1024,
+        "messages": chat["messages"],
+    }
+    if "tools" in chat:
+        body["tools"] = [
+            {"name": t["function"]["name"], "input_schema": t["function"]["parameters"]}
+            for t in chat["tools"]
+        ]
+    case = SCHEMA["/v1/messages"]["POST"].Case(body=body, media_type="application/json")
+    resp = case.call(base_url=live.base_url, session=http, timeout=30)
+    ctype = header(resp, "Content-Type")
+    assert_anthropic_shaped(resp.status_code, ctype, resp.content, f"{kind} {model}")
+    case.validate_response(resp, checks=CHECKS[1:])
+    if kind == "cli_429":
+        assert resp.status_code == 429 and header(resp, "Retry-After")
+    else:
+        assert resp.status_code == 200
+        if kind == "tool_call":
+            assert b'"type":"tool_use"' in resp.content.replace(b": ", b":")
 
 
 @pytest.mark.parametrize("sep", ["\x85", "\u2028", "\u2029"])

@@ -1,0 +1,576 @@
+"""Anthropic's Messages API on top of the chat-completion pipeline: the request side, and
+its error body.
+
+Claude Code (``ANTHROPIC_BASE_URL``), the ``anthropic`` SDKs, LiteLLM's ``anthropic/``
+provider and Agent-SDK apps speak ``POST /v1/messages``. A request is validated here and
+converted into a ``ChatCompletionRequest`` (pure), so it runs through the very same prompt ->
+CLI -> answer-event pipeline; ``delivery/anthropic.py`` rebuilds the answer as a Message or
+its event stream. What each field becomes, and what is refused and why: docs/anthropic-api.md.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Annotated, Any, Literal, TypeVar
+
+from pydantic import (
+    BaseModel,
+    ConfigDict,
+    Discriminator,
+    Field,
+    Tag,
+    ValidationError,
+)
+
+from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
+from cli_proxy.server.errors import APIError, from_validation_error
+
+# ------------------------------------------------------------------ request models
+
+
+class _Lenient(BaseModel):
+    """Unknown keys are accepted and ignored: ``cache_control`` anywhere, ``citations``, and
+    whatever a newer client adds."""
+
+    model_config = ConfigDict(extra="ignore")
+
+
+class TextBlock(_Lenient):
+    type: Literal["text"]
+    text: str
+
+
+class Base64Source(_Lenient):
+    type: Literal["base64"]
+    media_type: str
+    data: str
+
+
+class URLSource(_Lenient):
+    type: Literal["url"]
+    url: str
+
+
+class FileSource(_Lenient):
+    type: Literal["file"]
+    file_id: str
+
+
+ImageSource = Annotated[Base64Source | URLSource | FileSource, Field(discriminator="type")]
+
+
+class ImageBlock(_Lenient):
+    type: Literal["image"]
+    source: ImageSource
+
+
+class DocumentBlock(_Lenient):
+    """Accepted by the model, refused by ``to_chat_request`` (no CLI channel carries one)."""
+
+    type: Literal["document"]
+
+
+class ToolUseBlock(_Lenient):
+    type: Literal["tool_use"]
+    id: str = Field(min_length=1)
+    name: str = Field(min_length=1)
+    input: dict[str, Any]
+
+
+class ThinkingBlock(_Lenient):
+    """A thinking block sent back: accepted, not shown to the model."""
+
+    type: Literal["thinking"]
+    thinking: str = ""
+    signature: str | None = None
+
+
+class RedactedThinkingBlock(_Lenient):
+    type: Literal["redacted_thinking"]
+    data: str = ""
+
+
+_KNOWN_TAGS: tuple[str, ...] = ("text", "image", "document", "tool_use", "tool_result")
+_KNOWN_TAGS += ("thinking", "redacted_thinking")
+
+
+class OtherBlock(_Lenient):
+    """Any other block type (``server_tool_use``, ``web_search_tool_result``,
+    ``search_result``, ``container_upload``, ...): refused by name in ``to_chat_request``."""
+
+    type: Annotated[str, Field(json_schema_extra={"not": {"enum": list(_KNOWN_TAGS)}})]
+
+
+def _tag(value: Any) -> str:
+    kind = value.get("type") if isinstance(value, dict) else getattr(value, "type", None)
+    return kind if kind in _KNOWN_TAGS else "other"
+
+
+def _part_tag(value: Any) -> str:
+    kind = _tag(value)
+    return kind if kind in ("text", "image", "document") else "other"
+
+
+ResultPart = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[DocumentBlock, Tag("document")]
+    | Annotated[OtherBlock, Tag("other")],
+    Discriminator(_part_tag),
+]
+
+
+class ToolResultBlock(_Lenient):
+    type: Literal["tool_result"]
+    tool_use_id: str = Field(min_length=1)
+    content: str | list[ResultPart] | None = None
+    is_error: bool | None = None
+
+
+ContentBlock = Annotated[
+    Annotated[TextBlock, Tag("text")]
+    | Annotated[ImageBlock, Tag("image")]
+    | Annotated[DocumentBlock, Tag("document")]
+    | Annotated[ToolUseBlock, Tag("tool_use")]
+    | Annotated[ToolResultBlock, Tag("tool_result")]
+    | Annotated[ThinkingBlock, Tag("thinking")]
+    | Annotated[RedactedThinkingBlock, Tag("redacted_thinking")]
+    | Annotated[OtherBlock, Tag("other")],
+    Discriminator(_tag),
+]
+
+
+class MessageParam(_Lenient):
+    # "system": Claude Code's mid-conversation system turns (beta mid-conversation-system)
+    role: Literal["user", "assistant", "system"]
+    content: str | list[ContentBlock]
+
+
+class ToolParam(_Lenient):
+    """A client tool (``type`` absent or ``custom``), or a server tool by its ``type``
+    (``web_search_20250305``, ``bash_20250124``, ...): refused by name."""
+
+    type: str | None = None
+    name: str = Field(min_length=1)
+    description: str | None = None
+    input_schema: dict[str, Any] | None = None
+    strict: bool | None = None
+
+
+class ToolChoiceParam(_Lenient):
+    type: Literal["auto", "any", "tool", "none"]
+    name: str | None = None
+    disable_parallel_tool_use: bool | None = None
+
+
+class ThinkingParam(_Lenient):
+    type: Literal["enabled", "adaptive", "disabled", "between_tools"]
+    budget_tokens: int | None = None
+    display: Literal["summarized", "omitted"] | None = None
+
+
+class OutputConfigParam(_Lenient):
+    effort: Literal["low", "medium", "high", "xhigh", "max"] | None = None
+    format: dict[str, Any] | None = None
+
+
+class MessagesRequest(_Lenient):
+    model: str = Field(min_length=1, max_length=128, pattern=MODEL_NAME)
+    max_tokens: int = Field(ge=1)
+    messages: list[MessageParam] = Field(min_length=1)
+    system: str | list[TextBlock] | None = None
+    tools: list[ToolParam] | None = None
+    tool_choice: ToolChoiceParam | None = None
+    stop_sequences: list[str] | None = None
+    stream: bool | None = False
+    thinking: ThinkingParam | None = None
+    output_config: OutputConfigParam | None = None
+    output_format: dict[str, Any] | None = None  # the structured-outputs beta's older name
+    # accepted like chat's sampling knobs: the CLIs expose none of them
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    metadata: dict[str, Any] | None = None
+    service_tier: str | None = None
+    # server-side features: refused when they would change the answer (to_chat_request)
+    mcp_servers: list[dict[str, Any]] | None = None
+    container: str | dict[str, Any] | None = None
+    context_management: dict[str, Any] | None = None
+
+
+class CountTokensRequest(MessagesRequest):
+    """``POST /v1/messages/count_tokens``: a Messages request without ``max_tokens``."""
+
+    max_tokens: int | None = Field(default=None, ge=1)  # type: ignore[assignment]
+
+
+# ------------------------------------------------------------------ validation
+
+M = TypeVar("M", bound=BaseModel)
+
+_UNION_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
+
+
+def validated(model: type[M], data: Any) -> M:
+    """``model`` from request data, or the 400 naming the field as the client sent it (the
+    most specific of pydantic's errors: a bad block rather than "not a string")."""
+    try:
+        return model.model_validate(data)
+    except ValidationError as exc:
+        errors = exc.errors(include_url=False)
+        err = max(errors, key=lambda e: len(_path(e["loc"])))
+        param = _dotted(_path(err["loc"])) or None
+        message = err["msg"]
+        if param:
+            message = f"Invalid value for '{param}': {message}"
+        raise APIError(400, message, param=param, code="invalid_value") from None
+
+
+def _path(loc: tuple[int | str, ...]) -> list[str]:
+    """The loc without pydantic's union member names and block tags."""
+    out: list[str] = []
+    for i, part in enumerate(loc):
+        if isinstance(part, str):
+            prev = loc[i - 1] if i else None
+            if part in _UNION_NAMES or "[" in part or part[:1].isupper():
+                continue
+            if isinstance(prev, int) and (part in _KNOWN_TAGS or part == "other"):
+                continue  # the block's tag, after its index
+            if prev == "source" and part in ("base64", "url", "file"):
+                continue
+        out.append(str(part))
+    return out
+
+
+def _dotted(loc: list[str]) -> str:
+    out = ""
+    for part in loc:
+        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
+    return out
+
+
+# ------------------------------------------------------------------ request -> chat
+
+
+class Translated:
+    """The chat request, and where each chat message (and content part) came from, so an
+    error found later (an image the planner refuses) names the field the client sent."""
+
+    def __init__(self, request: ChatCompletionRequest, origins: dict[str, str]) -> None:
+        self.request = request
+        self.origins = origins
+
+    def param(self, chat_param: str | None) -> str | None:
+        """A chat field path (``messages[3].content[1].image_url.url``) as the client's."""
+        return _origin(self.origins, chat_param)
+
+
+def _origin(origins: dict[str, str], chat_param: str | None) -> str | None:
+    if not chat_param:
+        return chat_param
+    for key in sorted(origins, key=len, reverse=True):
+        if chat_param == key or chat_param.startswith((key + ".", key + "[")):
+            rest = re.sub(r"^\.image_url\.url$", ".source", chat_param[len(key) :])
+            return origins[key] + rest
+    return chat_param
+
+
+_SERVER_TOOL_HINT = (
+    "server tools are not supported: the gateway runs each CLI sealed, with its own tools "
+    "off, so nothing runs a search, a shell or an editor on the server's side; declare a "
+    "client tool (name, description, input_schema) and run it yourself"
+)
+_DOCUMENT_HINT = (
+    "document blocks are not supported: no CLI channel the gateway uses carries a document; "
+    "send its text as a text block"
+)
+
+
+def thinking_shown(req: MessagesRequest) -> bool:
+    """Whether the answer carries ``thinking`` blocks: the request asks for thinking
+    (``enabled`` or ``adaptive``) and not with ``display: omitted``."""
+    t = req.thinking
+    return t is not None and t.type in ("enabled", "adaptive") and t.display != "omitted"
+
+
+_EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
+
+
+def to_chat_request(req: MessagesRequest) -> Translated:
+    """The Messages request as the gateway's one conversation model (pure)."""
+    if req.mcp_servers:
+        raise APIError(
+            400,
+            "mcp_servers is not supported: the gateway does not call MCP servers for the model; "
+            "declare their tools as client tools and run them yourself",
+            param="mcp_servers",
+            code="unsupported_parameter",
+        )
+    messages: list[dict[str, Any]] = []
+    origins: dict[str, str] = {}
+    if req.system:
+        origins[f"messages[{len(messages)}]"] = "system"
+        messages.append({"role": "system", "content": _system(req.system)})
+    for i, msg in enumerate(req.messages):
+        where = f"messages[{i}]"
+        if isinstance(msg.content, str):
+            origins[f"messages[{len(messages)}]"] = where
+            messages.append({"role": msg.role, "content": msg.content})
+        elif msg.role == "assistant":
+            turn = _assistant(msg.content, where)
+            if turn is not None:
+                origins[f"messages[{len(messages)}]"] = where
+                messages.append(turn)
+        else:
+            _user(msg.role, msg.content, where, messages, origins)
+    chat: dict[str, Any] = {"model": req.model, "messages": messages, "stream": req.stream}
+    chat["max_tokens"] = req.max_tokens
+    for knob in ("temperature", "top_p"):
+        if getattr(req, knob) is not None:
+            chat[knob] = getattr(req, knob)
+    if req.stop_sequences:
+        chat["stop"] = req.stop_sequences
+    user = (req.metadata or {}).get("user_id")
+    if isinstance(user, str):
+        chat["user"] = user
+    if req.tools:
+        chat["tools"] = [_tool(t, i) for i, t in enumerate(req.tools)]
+    if req.tool_choice is not None:
+        choice = req.tool_choice
+        if choice.type == "tool":
+            if not choice.name:
+                raise APIError(400, "tool_choice of type 'tool' needs a name", param="tool_choice")
+            chat["tool_choice"] = {"type": "function", "function": {"name": choice.name}}
+        else:
+            chat["tool_choice"] = {"auto": "auto", "any": "required", "none": "none"}[choice.type]
+        if choice.disable_parallel_tool_use:
+            chat["parallel_tool_calls"] = False
+    effort = req.output_config.effort if req.output_config else None
+    if effort is not None:
+        chat["reasoning_effort"] = _EFFORT[effort]
+    fmt = (req.output_config.format if req.output_config else None) or req.output_format
+    if fmt is not None:
+        chat["response_format"] = _response_format(fmt)
+    try:
+        return Translated(ChatCompletionRequest.model_validate(chat), origins)
+    except ValidationError as exc:
+        raise _chat_error(exc, origins) from None
+
+
+def _chat_error(exc: ValidationError, origins: dict[str, str]) -> APIError:
+    """A chat-model refusal of the translated request, naming the client's field."""
+    err = from_validation_error(exc)
+    if err.param:
+        new = re.sub(r"^(tools\[\d+\])\.function\.parameters\b", r"\1.input_schema", err.param)
+        new = re.sub(r"^(tools\[\d+\])\.function\b", r"\1", new)
+        new = _origin(origins, new) or new
+        err.message = err.message.replace(f"'{err.param}'", f"'{new}'")
+        err.param = new
+    return err
+
+
+def _system(system: str | list[TextBlock]) -> str | list[dict[str, Any]]:
+    if isinstance(system, str):
+        return system
+    return [{"type": "text", "text": b.text} for b in system]
+
+
+def _assistant(blocks: list[Any], where: str) -> dict[str, Any] | None:
+    """An assistant turn: its text, and its tool_use blocks as calls; thinking is dropped."""
+    texts: list[dict[str, Any]] = []
+    calls: list[dict[str, Any]] = []
+    for j, block in enumerate(blocks):
+        if isinstance(block, TextBlock):
+            texts.append({"type": "text", "text": block.text})
+        elif isinstance(block, ToolUseBlock):
+            arguments = json.dumps(block.input, ensure_ascii=False, separators=(",", ":"))
+            fn = {"name": block.name, "arguments": arguments}
+            calls.append({"id": block.id, "type": "function", "function": fn})
+        elif isinstance(block, ThinkingBlock | RedactedThinkingBlock):
+            continue  # accepted, not shown to the model (another model's signed thoughts)
+        else:
+            raise _refused(block, f"{where}.content[{j}]", "assistant")
+    if not texts and not calls:
+        return None
+    turn: dict[str, Any] = {"role": "assistant", "content": texts or None}
+    if calls:
+        turn["tool_calls"] = calls
+    return turn
+
+
+def _user(
+    role: str,
+    blocks: list[Any],
+    where: str,
+    messages: list[dict[str, Any]],
+    origins: dict[str, str],
+) -> None:
+    """A user (or system) turn: its tool results become tool messages, in place; the rest
+    one turn of text and image parts between them."""
+    parts: list[dict[str, Any]] = []
+    part_origins: list[str] = []
+
+    def flush() -> None:
+        if parts:
+            n = len(messages)
+            origins[f"messages[{n}]"] = where
+            for k, origin in enumerate(part_origins):
+                origins[f"messages[{n}].content[{k}]"] = origin
+            messages.append({"role": role, "content": list(parts)})
+            parts.clear()
+            part_origins.clear()
+
+    for j, block in enumerate(blocks):
+        here = f"{where}.content[{j}]"
+        if isinstance(block, ToolResultBlock) and role == "user":
+            flush()
+            n = len(messages)
+            origins[f"messages[{n}]"] = here
+            content, sources = _result_content(block, here)
+            for k, origin in enumerate(sources):
+                origins[f"messages[{n}].content[{k}]"] = origin
+            messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
+        elif isinstance(block, TextBlock):
+            parts.append({"type": "text", "text": block.text})
+            part_origins.append(here)
+        elif isinstance(block, ImageBlock) and role == "user":
+            parts.append(_image(block, here))
+            part_origins.append(here)
+        else:
+            raise _refused(block, here, role)
+    flush()
+
+
+def _result_content(
+    block: ToolResultBlock, where: str
+) -> tuple[str | list[dict[str, Any]], list[str]]:
+    """A tool result's content as chat content (text and image parts), and the origin of
+    each part. ``is_error`` is said in words: chat has no such flag."""
+    content = block.content
+    prefix = "[tool error] " if block.is_error else ""
+    if content is None or isinstance(content, str):
+        return prefix + (content or ""), []
+    parts: list[dict[str, Any]] = []
+    sources: list[str] = []
+    if prefix:
+        parts.append({"type": "text", "text": prefix.strip()})
+        sources.append(where)
+    for k, part in enumerate(content):
+        here = f"{where}.content[{k}]"
+        if isinstance(part, TextBlock):
+            parts.append({"type": "text", "text": part.text})
+        elif isinstance(part, ImageBlock):
+            parts.append(_image(part, here))
+        else:
+            raise _refused(part, here, "tool_result")
+        sources.append(here)
+    return parts, sources
+
+
+def _image(block: ImageBlock, where: str) -> dict[str, Any]:
+    source = block.source
+    if isinstance(source, Base64Source):
+        url = f"data:{source.media_type};base64,{source.data}"
+    elif isinstance(source, URLSource):
+        url = source.url  # fetched only under the image URL policy (image_fetch)
+    else:
+        raise APIError(
+            400,
+            "image source 'file' is not supported: there is no Files API here; send the image "
+            "as base64 (or a URL, when the gateway fetches images)",
+            param=f"{where}.source",
+            code="invalid_image",
+        )
+    return {"type": "image_url", "image_url": {"url": url}}
+
+
+def _refused(block: Any, where: str, role: str) -> APIError:
+    kind = getattr(block, "type", "?")
+    if kind == "document":
+        return APIError(400, _DOCUMENT_HINT, param=where, code="unsupported_content")
+    if kind in ("server_tool_use", "web_search_tool_result", "web_fetch_tool_result") or (
+        kind.endswith("_tool_result")
+    ):
+        return APIError(
+            400,
+            f"content block type {kind!r} is not supported: {_SERVER_TOOL_HINT}",
+            param=where,
+            code="unsupported_content",
+        )
+    return APIError(
+        400,
+        f"content block type {kind!r} is not supported in {role} content",
+        param=where,
+        code="unsupported_content",
+    )
+
+
+def _tool(tool: ToolParam, index: int) -> dict[str, Any]:
+    if tool.type not in (None, "custom"):
+        raise APIError(
+            400,
+            f"tool {tool.name!r} of type {tool.type!r}: {_SERVER_TOOL_HINT}",
+            param=f"tools[{index}].type",
+            code="unsupported_tool",
+        )
+    if tool.input_schema is None:
+        raise APIError(
+            400,
+            f"tool {tool.name!r} needs an input_schema (a JSON Schema of type 'object')",
+            param=f"tools[{index}].input_schema",
+        )
+    fn: dict[str, Any] = {"name": tool.name, "parameters": tool.input_schema}
+    if tool.description is not None:
+        fn["description"] = tool.description
+    if tool.strict is not None:
+        fn["strict"] = tool.strict
+    return {"type": "function", "function": fn}
+
+
+def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
+    """Structured outputs (``output_config.format``): the chat ``json_schema`` format."""
+    if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
+        raise APIError(
+            400,
+            f"unsupported output format {fmt.get('type')!r}: only "
+            "{type: 'json_schema', schema: {...}}",
+            param="output_config.format",
+        )
+    return {"type": "json_schema", "json_schema": {"name": "output", "schema": fmt["schema"]}}
+
+
+# ------------------------------------------------------------------ errors
+
+_ERROR_TYPES = {
+    400: "invalid_request_error",
+    401: "authentication_error",
+    402: "billing_error",
+    403: "permission_error",
+    404: "not_found_error",
+    408: "timeout_error",
+    413: "request_too_large",
+    429: "rate_limit_error",
+    500: "api_error",
+    504: "timeout_error",
+    529: "overloaded_error",
+}
+
+
+def error_status(err: APIError) -> int:
+    """The status an Anthropic client gets: the gateway's, except that the CLI's provider
+    being overloaded is Anthropic's 529 ``overloaded_error`` (the SDKs retry it as they
+    retry every 5xx)."""
+    return 529 if err.code == "cli_overloaded" else err.status
+
+
+def error_body(err: APIError) -> dict[str, Any]:
+    """``{"type": "error", "error": {"type", "message"}}``, the type by status (4xx not
+    listed: ``invalid_request_error``; 5xx: ``api_error``); the field at fault is named in
+    the message, as Anthropic's own messages do."""
+    status = error_status(err)
+    kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
+    message = err.message
+    if err.param and err.param not in message:
+        message = f"{err.param}: {message}"
+    return {"type": "error", "error": {"type": kind, "message": message}}
