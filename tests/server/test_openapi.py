@@ -578,11 +578,11 @@ def fuzz(op_name: str, mode: schemathesis.GenerationMode) -> Any:
             case.body["stream"] = stream  # streams are answered and checked event by event
         if text is not None and isinstance(case.body, dict) and "input" in case.body:
             case.body["input"] = text  # random input items are mostly refused (400)
-        if text is not None and op_name.startswith("POST /v1/messages") and model is not None:
-            # likewise random content blocks are mostly refused (under pytest-xdist, where
-            # the examples drawn differ, none of 60 count_tokens bodies was valid)
-            if isinstance(case.body, dict) and "messages" in case.body:
-                case.body["messages"] = [{"role": "user", "content": text or "hi"}]
+        # likewise random content blocks are mostly refused (under pytest-xdist, where the
+        # examples drawn differ, none of 60 count_tokens bodies was valid)
+        messages = isinstance(case.body, dict) and "messages" in case.body
+        if text is not None and model is not None and messages and "/v1/messages" in op_name:
+            case.body["messages"] = [{"role": "user", "content": text or "hi"}]
         if model is not None and case.path_parameters and "model" in case.path_parameters:
             case.path_parameters["model"] = model
         run_case(case, live, http, op_name)
