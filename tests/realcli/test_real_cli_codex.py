@@ -388,15 +388,16 @@ def authorizations(api: FakeModelAPI) -> list[str | None]:
     ]
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_api_key_is_sent_as_the_bearer_key(
-    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    launcher: str, serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """CODEX_API_KEY reaches the model API as ``Authorization: Bearer <key>``: app-server
     takes it only through the provider's ``env_key`` (before, it sent no Authorization at all
     and the real API refused every call, tests/data/real-cli/codex-0.169.0-api-key.md), and
     nothing of the key is on disk once the call is over."""
     key = "sk-proj-" + secrets.token_hex(16)
-    c, api = await start(serve, tmp_path, monkeypatch, key=key)
+    c, api = await start(serve, tmp_path, monkeypatch, launcher=launcher, key=key)
     try:
         r = await c.client.chat.completions.create(
             model=MODEL, messages=user("say hi" + fake(answer="Hi from a key."))
@@ -448,15 +449,18 @@ async def test_api_key_wins_over_a_chatgpt_login(
         await api.close()
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_chatgpt_login_sends_its_access_token(
-    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    launcher: str, serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No key: the linked ChatGPT login's access token is the credential (the fake API takes
     no other), with its account id; a login still valid is not refreshed."""
     token = await FakeTokenAPI(live="rt-0").start()
     monkeypatch.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", token.url + "/oauth/token")
     override = ["CODEX_REFRESH_TOKEN_URL_OVERRIDE"]
-    c, api = await start(serve, tmp_path, monkeypatch, key=None, pass_env=override)
+    c, api = await start(
+        serve, tmp_path, monkeypatch, launcher=launcher, key=None, pass_env=override
+    )
     try:
         access = chatgpt_login(c.home, time.time() + 3600)["tokens"]["access_token"]
         api.accept_bearer = lambda t: t == access
