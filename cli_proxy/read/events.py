@@ -66,14 +66,27 @@ class Truncated:
 @dataclass(frozen=True, slots=True)
 class RateLimit:
     """The subscription's rate-limit state as the CLI reports it (claude's
-    ``rate_limit_event``): one window (``five_hour``, ``seven_day``, ...), its status
-    (``allowed``, ``allowed_warning``, ``rejected``), how much of it is used (0-1, when
-    said) and when it resets (epoch seconds, when said). Not part of the answer."""
+    ``rate_limit_event``, codex's ``account/rateLimits/updated``, gemini's quota errors): one
+    window (``five_hour``, ``seven_day``, ...), its status (``allowed``, ``allowed_warning``,
+    ``rejected``), how much of it is used (0-1, when said), when it resets (epoch seconds,
+    when said) and its length in minutes (when said or known by its name). Not part of the
+    answer."""
 
     window: str
     status: str
     utilization: float | None = None
     resets_at: float | None = None
+    window_minutes: int | None = None
+
+
+WINDOW_NAMES = {300: "five_hour", 10080: "seven_day"}
+"""Window names by length in minutes, as claude names its windows (``rateLimitType``); a
+length without a name here is called ``<N>_min``."""
+
+
+def window_name(minutes: int) -> str:
+    """A window's name from its length: ``five_hour``, ``seven_day``, else ``<N>_min``."""
+    return WINDOW_NAMES.get(minutes, f"{minutes}_min")
 
 
 CliEvent = CliText | CliThinking | CliToolCall | UsageReport | Failure | Truncated | RateLimit

@@ -170,10 +170,16 @@ class Metrics:
             self.rate_limits_seen[backend] = time.time()
 
     def rate_limit_state(self) -> dict[str, dict[str, dict[str, float | str | None]]]:
-        """For ``/health``: backend -> window -> status, utilization, resets_at."""
+        """For ``/health``: backend -> window -> status, utilization, resets_at,
+        window_minutes."""
         return {
             backend: {
-                w: {"status": r.status, "utilization": r.utilization, "resets_at": r.resets_at}
+                w: {
+                    "status": r.status,
+                    "utilization": r.utilization,
+                    "resets_at": r.resets_at,
+                    "window_minutes": r.window_minutes,
+                }
                 for w, r in windows.items()
             }
             for backend, windows in self.rate_limits.items()
@@ -237,6 +243,11 @@ class _StateCollector(Collector):
             "When a subscription window resets (Unix time), as last reported",
             labels=["backend", "window"],
         )
+        length = GaugeMetricFamily(
+            "cli_proxy_rate_limit_window_minutes",
+            "A subscription window's length in minutes, when reported or known by its name",
+            labels=["backend", "window"],
+        )
         for backend, windows in sorted(self.metrics.rate_limits.items()):
             for window, r in sorted(windows.items()):
                 status.add_metric([backend, window, r.status], STATUS_LEVEL.get(r.status, 0.0))
@@ -244,6 +255,9 @@ class _StateCollector(Collector):
                     used.add_metric([backend, window], r.utilization)
                 if r.resets_at is not None:
                     resets.add_metric([backend, window], r.resets_at)
+                if r.window_minutes is not None:
+                    length.add_metric([backend, window], r.window_minutes)
         yield status
         yield used
         yield resets
+        yield length

@@ -4,8 +4,10 @@ wrapping tests/fakes/fake_model_api.py: gemini reaches it through ``CODE_ASSIST_
 ``POST /v1internal:loadCodeAssist`` names a tier and project (no onboarding);
 ``:streamGenerateContent`` / ``:generateContent`` pass the wrapped request to the fake model
 API's Gemini endpoint and wrap each answer as ``{"response": ...}``, as Code Assist does.
-A bearer token that ``accept_bearer`` refuses answers 401 (Google's error shape). Anything
-else answers ``{}``.
+Every call needs the OAuth access token of the test's login as ``Authorization: Bearer``:
+``accept_bearer`` (no default: a test names the login it expects) decides, and any other
+token, or none, answers Google's 401 ``UNAUTHENTICATED``; ``bearers`` records the token of
+every call. Anything else answers ``{}``.
 """
 
 from __future__ import annotations
@@ -21,25 +23,33 @@ from aiohttp import web
 @dataclass
 class FakeCodeAssist:
     model_api: str  # the fake model API's URL
-    accept_bearer: Callable[[str], bool] = lambda _token: True
+    accept_bearer: Callable[[str], bool]  # e.g. FakeTokenAPI.issued
     bearers: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
     url: str = ""
     _runner: web.AppRunner | None = None
 
-    async def _handle(self, request: web.Request) -> web.StreamResponse:
-        method = request.path.rpartition(":")[2]
+    def refused(self, request: web.Request) -> web.Response | None:
+        """Google's 401 for a call whose bearer token is not the login's (None: taken)."""
         self.paths.append(request.path)
         auth = request.headers.get("Authorization", "")
         token = auth[7:] if auth.lower().startswith("bearer ") else ""
         self.bearers.append(token)
-        if not self.accept_bearer(token):
-            error = {
-                "code": 401,
-                "message": "Request had invalid authentication credentials.",
-                "status": "UNAUTHENTICATED",
-            }
-            return web.json_response({"error": error}, status=401)
+        if self.accept_bearer(token):
+            return None
+        error = {
+            "code": 401,
+            "message": "Request had invalid authentication credentials. Expected OAuth 2 access "
+            "token, login cookie or other valid authentication credential.",
+            "status": "UNAUTHENTICATED",
+        }
+        return web.json_response({"error": error}, status=401)
+
+    async def _handle(self, request: web.Request) -> web.StreamResponse:
+        method = request.path.rpartition(":")[2]
+        refused = self.refused(request)
+        if refused is not None:
+            return refused
         body = await request.json() if request.can_read_body else {}
         if method == "loadCodeAssist":
             return web.json_response(

@@ -83,6 +83,15 @@ Responses API (codex) only:
 
 Usage numbers are deterministic: input tokens = len(message text) // 4 (the text of
 ``messages`` / ``contents`` only, not the system prompt), output tokens = len(answer)//4 + 1.
+
+Credentials: each API takes only the credential a test configures, and refuses any other
+(a wrong one, or none) with the real API's error, so a key the gateway drops or mixes up
+fails the test: ``anthropic_key`` (``x-api-key`` on ``/v1/messages``; 401
+``authentication_error`` ``invalid x-api-key``), ``gemini_key`` (``x-goog-api-key`` or
+``?key=`` on the Gemini endpoints; 400 ``API_KEY_INVALID``, 403 when none is sent),
+``openai_key`` (``Authorization: Bearer`` on ``/v1/responses``; 401 ``invalid_api_key``) and
+``accept_bearer`` (an OAuth access token as ``Authorization: Bearer``, on every model call).
+``credentials()`` lists what each model call carried.
 """
 
 from __future__ import annotations
@@ -144,6 +153,8 @@ GEMINI_ERROR_MESSAGES = {
     "INTERNAL": "An internal error has occurred.",
     "UNAVAILABLE": "The model is overloaded. Please try again later.",
 }
+
+CREDENTIAL_HEADERS = ("authorization", "x-api-key", "x-goog-api-key")
 
 OPENAI_ERRORS = {  # status -> (type, code, message) as api.openai.com answers them
     401: (
@@ -438,11 +449,13 @@ class FakeModelAPI:
     missing or other credential answers 401 with api.openai.com's ``invalid_api_key`` body
     (the codex tests with ``CODEX_API_KEY``)."""
     anthropic_key: str | None = None
-    """When set, ``POST /v1/messages*`` needs ``x-api-key: <anthropic_key>`` (the claude CLI's
-    ``ANTHROPIC_API_KEY``); else 401 in Anthropic's shape."""
+    """When set, ``POST /v1/messages`` needs ``x-api-key: <anthropic_key>``: a missing or
+    other key answers api.anthropic.com's 401 ``authentication_error`` (the claude tests with
+    ``ANTHROPIC_API_KEY``)."""
     gemini_key: str | None = None
-    """When set, a Gemini model call needs ``x-goog-api-key: <gemini_key>`` (the gemini CLI's
-    ``GEMINI_API_KEY``); else 401 in Gemini's shape."""
+    """When set, a Gemini model call needs ``x-goog-api-key: <gemini_key>`` (or ``?key=``):
+    another key answers the Generative Language API's 400 ``API_KEY_INVALID``, none its 403
+    (the gemini tests with ``GEMINI_API_KEY``)."""
     _runner: web.AppRunner | None = None
 
     async def close(self) -> None:
@@ -455,6 +468,21 @@ class FakeModelAPI:
 
     async def __aexit__(self, *exc: object) -> None:
         await self.close()
+
+    def credentials(self, path: str = "") -> list[dict[str, str]]:
+        """The credential headers (``authorization``, ``x-api-key``, ``x-goog-api-key``) and a
+        ``key`` query parameter of each POST whose path ends with ``path`` (the model calls),
+        in order: what a test compares with exactly the credential it configured."""
+        out = []
+        for r in self.requests:
+            if r["method"] != "POST" or not r["path"].endswith(path):
+                continue
+            headers = {k.lower(): v for k, v in r["headers"].items()}
+            seen = {k: headers[k] for k in CREDENTIAL_HEADERS if k in headers}
+            if "key" in r["query"]:
+                seen["?key"] = r["query"]["key"]
+            out.append(seen)
+        return out
 
     # ------------------------------------------------------------------ recording
 
@@ -965,24 +993,6 @@ class FakeModelAPI:
         return web.json_response({})
 
     @web.middleware
-    async def _keys(self, request: web.Request, handler: Any) -> web.StreamResponse:
-        """``anthropic_key`` and ``gemini_key``: each API's key, as its CLI sends it."""
-        if request.method == "POST":
-            path = request.path
-            anthropic = self.anthropic_key is not None and path.startswith("/v1/messages")
-            if anthropic and request.headers.get("x-api-key") != self.anthropic_key:
-                await self._record(request)
-                return self._anthropic_error(401, None, {})
-            gemini = path.startswith(("/v1beta/models/", "/v1/models/"))
-            if self.gemini_key is not None and gemini:
-                sent = request.headers.get("x-goog-api-key", request.query.get("key"))
-                if sent != self.gemini_key:
-                    await self._record(request)
-                    return self._gemini_error(401, "API key not valid.", {})
-        response: web.StreamResponse = await handler(request)
-        return response
-
-    @web.middleware
     async def _bearer(self, request: web.Request, handler: Any) -> web.StreamResponse:
         if self.accept_bearer is not None and request.method == "POST":
             auth = request.headers.get("Authorization", "")
@@ -1006,8 +1016,57 @@ class FakeModelAPI:
         ):
             await self._record(request)
             return self._openai_key_refused(auth)
+        refused = self._key_refused(request)
+        if refused is not None:
+            await self._record(request)
+            return refused
         response: web.StreamResponse = await handler(request)
         return response
+
+    def _key_refused(self, request: web.Request) -> web.Response | None:
+        """The Anthropic or Gemini API's answer to a key it does not take (None: taken)."""
+        if request.method != "POST":
+            return None
+        if self.anthropic_key is not None and request.path.startswith("/v1/messages"):
+            key = request.headers.get("x-api-key")
+            if key == self.anthropic_key:
+                return None
+            message = "invalid x-api-key" if key else "x-api-key header is required"
+            error = {"type": "authentication_error", "message": message}
+            return web.json_response({"type": "error", "error": error}, status=401)
+        if self.gemini_key is not None and request.path.startswith(("/v1beta/", "/v1/models/")):
+            key = request.headers.get("x-goog-api-key") or request.query.get("key")
+            if key == self.gemini_key:
+                return None
+            if not key:  # no credential at all: Google's 403 for an anonymous caller
+                error = {
+                    "code": 403,
+                    "message": "Method doesn't allow unregistered callers (callers without "
+                    "established identity). Please use API Key or other form of API consumer "
+                    "identity to call this API.",
+                    "status": "PERMISSION_DENIED",
+                }
+                return web.json_response({"error": error}, status=403)
+            message = "API key not valid. Please pass a valid API key."
+            info = {
+                "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                "reason": "API_KEY_INVALID",
+                "domain": "googleapis.com",
+                "metadata": {"service": "generativelanguage.googleapis.com"},
+            }
+            localized = {
+                "@type": "type.googleapis.com/google.rpc.LocalizedMessage",
+                "locale": "en-US",
+                "message": message,
+            }
+            error = {
+                "code": 400,
+                "message": message,
+                "status": "INVALID_ARGUMENT",
+                "details": [info, localized],
+            }
+            return web.json_response({"error": error}, status=400)
+        return None
 
     @staticmethod
     def _openai_key_refused(auth: str) -> web.Response:
@@ -1035,7 +1094,7 @@ class FakeModelAPI:
         return web.json_response({"error": error}, status=401)
 
     def make_app(self) -> web.Application:
-        middlewares = [self._keys, self._bearer]
+        middlewares = [self._bearer]
         app = web.Application(client_max_size=64 * 1024 * 1024, middlewares=middlewares)
         app.router.add_post("/v1/messages", self.anthropic_messages)
         app.router.add_post("/v1/messages/count_tokens", self.anthropic_count_tokens)
@@ -1057,7 +1116,7 @@ async def start_fake_model_api(
 ) -> FakeModelAPI:
     """Start the fake model API on ``host:port`` (0: any free port) and return it; ``cache``
     simulates Anthropic prompt caching (``PromptCache``); ``openai_key``, ``anthropic_key``,
-    ``gemini_key``: the only key each API accepts (``FakeModelAPI.openai_key``, ...)."""
+    ``gemini_key``: the only key each API accepts (``FakeModelAPI``)."""
     api = FakeModelAPI(
         cache=PromptCache() if cache else None,
         openai_key=openai_key,

@@ -90,11 +90,15 @@ class QuotaCodeAssist(FakeCodeAssist):
         if method in ("retrieveUserQuota", "loadCodeAssist") and request.can_read_body:
             body = await request.json()
         self.calls.append((method, body, time.monotonic()))
-        if method == "retrieveUserQuota":
-            self.paths.append(request.path)
-            return web.json_response(self.quota)
-        if method == "streamGenerateContent" and self.error is not None:
-            self.paths.append(request.path)
+        if method == "retrieveUserQuota" or (
+            method == "streamGenerateContent" and self.error is not None
+        ):
+            refused = self.refused(request)  # the login's bearer, as on every other call
+            if refused is not None:
+                return refused
+            if method == "retrieveUserQuota":
+                return web.json_response(self.quota)
+            assert self.error is not None
             return web.json_response(self.error[1], status=self.error[0])
         response = await super()._handle(request)
         if method == "loadCodeAssist" and self.load and isinstance(response, web.Response):

@@ -107,9 +107,17 @@ class RealCLIs:
         return body, texts[1]
 
 
+# The API keys the CLIs get, one per provider (apart, so a key sent to the wrong API fails too).
+ANTHROPIC_KEY = "sk-ant-api03-test-key"
+GEMINI_KEY = "AIza-test-key"
+
+
 def point_clis_at(api: FakeModelAPI, home: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """A temporary HOME and the environment that sends both real CLIs to the fake API (the
-    gateway hands its own, allowlisted, environment to the CLIs)."""
+    gateway hands its own, allowlisted, environment to the CLIs), with an API key each: the
+    fake API then takes no other credential, so a key the gateway drops fails the test."""
+    api.anthropic_key = ANTHROPIC_KEY
+    api.gemini_key = GEMINI_KEY
     (home / ".gemini").mkdir(parents=True)
     (home / ".gemini" / "settings.json").write_text(
         json.dumps({"security": {"auth": {"selectedType": "gemini-api-key"}}})
@@ -119,10 +127,10 @@ def point_clis_at(api: FakeModelAPI, home: Path, monkeypatch: pytest.MonkeyPatch
     for name, value in {
         "HOME": str(home),
         "ANTHROPIC_BASE_URL": api.url,
-        "ANTHROPIC_API_KEY": "test",
+        "ANTHROPIC_API_KEY": ANTHROPIC_KEY,
         "DISABLE_TELEMETRY": "1",
         "CLAUDE_CODE_MAX_RETRIES": "0",
-        "GEMINI_API_KEY": "test",
+        "GEMINI_API_KEY": GEMINI_KEY,
         "GOOGLE_GEMINI_BASE_URL": api.url,
     }.items():
         monkeypatch.setenv(name, value)

@@ -29,6 +29,7 @@ from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from tests.conftest import Served, ServeFactory, fake
 from tests.fakes.fake_model_api import FakeModelAPI, responses_texts, start_fake_model_api
+from tests.fakes.fake_quota_api import QuotaModelAPI
 from tests.fakes.fake_token_api import FakeTokenAPI, codex_auth_json
 from tests.plan.test_images import JPEG, PNG, data_url, image_part
 from tests.realcli.test_real_cli import real_cli_dir
@@ -83,12 +84,17 @@ async def start(
     bin_prefix: str = "",
     system_prompt: str = "minimal",
     key: str | None = "test",
+    api: FakeModelAPI | None = None,
     **settings: Any,
 ) -> tuple[Codex, FakeModelAPI]:
     """``key``: the gateway's CODEX_API_KEY, the only credential the fake API takes (None: no
-    key; the test sets the fake's ``accept_bearer``)."""
+    key; the test sets the fake's ``accept_bearer``); ``api``: a started fake of the test's
+    own (fake_quota_api's, say) instead of a plain one."""
     assert CODEX is not None
-    api = await start_fake_model_api(openai_key=key)
+    if api is None:
+        api = await start_fake_model_api(openai_key=key)
+    else:
+        api.openai_key = key
     home = tmp_path / "home"
     home.mkdir()
     for name in FOREIGN_ENV:
@@ -388,15 +394,16 @@ def authorizations(api: FakeModelAPI) -> list[str | None]:
     ]
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_api_key_is_sent_as_the_bearer_key(
-    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    launcher: str, serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """CODEX_API_KEY reaches the model API as ``Authorization: Bearer <key>``: app-server
     takes it only through the provider's ``env_key`` (before, it sent no Authorization at all
     and the real API refused every call, tests/data/real-cli/codex-0.169.0-api-key.md), and
     nothing of the key is on disk once the call is over."""
     key = "sk-proj-" + secrets.token_hex(16)
-    c, api = await start(serve, tmp_path, monkeypatch, key=key)
+    c, api = await start(serve, tmp_path, monkeypatch, launcher=launcher, key=key)
     try:
         r = await c.client.chat.completions.create(
             model=MODEL, messages=user("say hi" + fake(answer="Hi from a key."))
@@ -448,15 +455,18 @@ async def test_api_key_wins_over_a_chatgpt_login(
         await api.close()
 
 
+@pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_chatgpt_login_sends_its_access_token(
-    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    launcher: str, serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """No key: the linked ChatGPT login's access token is the credential (the fake API takes
     no other), with its account id; a login still valid is not refreshed."""
     token = await FakeTokenAPI(live="rt-0").start()
     monkeypatch.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", token.url + "/oauth/token")
     override = ["CODEX_REFRESH_TOKEN_URL_OVERRIDE"]
-    c, api = await start(serve, tmp_path, monkeypatch, key=None, pass_env=override)
+    c, api = await start(
+        serve, tmp_path, monkeypatch, launcher=launcher, key=None, pass_env=override
+    )
     try:
         access = chatgpt_login(c.home, time.time() + 3600)["tokens"]["access_token"]
         api.accept_bearer = lambda t: t == access
@@ -631,3 +641,115 @@ async def test_reasoning_effort_reaches_the_model_api(codex: Codex) -> None:
     assert r.choices[0].message.content == "ok"
     body, _ = codex.only_request()
     assert body["reasoning"]["effort"] == "low"
+
+
+def window_headers(used: str, reset: int) -> dict[str, str]:
+    """codex's rate-limit headers (tests/data/real-cli/codex-0.169.0-rate-limits.md)."""
+    return {
+        "x-codex-primary-used-percent": used,
+        "x-codex-primary-window-minutes": "300",
+        "x-codex-primary-reset-at": str(reset),
+        "x-codex-secondary-used-percent": "17",
+        "x-codex-secondary-window-minutes": "10080",
+        "x-codex-secondary-reset-at": str(reset + 4 * 86400),
+    }
+
+
+async def test_subscription_windows_in_health_and_gauges(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real codex reads the window headers of the Responses API and tells the gateway
+    (``account/rateLimits/updated``): both windows in ``/health`` and the gauges, as claude's
+    are; a response without the headers (a sparse update) leaves them; a usage-limit 429 is a
+    429 naming the used-up window, its Retry-After running to the window's reset."""
+    import aiohttp
+
+    from tests.server.test_metrics import scrape, value
+
+    reset = int(time.time()) + 3600
+    api = await QuotaModelAPI(headers=window_headers("42.5", reset), log_unknown=False).start()
+    c, _ = await start(serve, tmp_path, monkeypatch, api=api)
+    base = c.served.base_url.removesuffix("/v1")
+
+    async def windows() -> dict[str, Any]:
+        async with aiohttp.ClientSession() as session, session.get(f"{base}/health") as r:
+            health: dict[str, Any] = await r.json()
+        return health["rate_limits"].get("codex", {})
+
+    expected = {
+        "five_hour": {
+            "status": "allowed",
+            "utilization": 0.43,  # codex rounds the header's 42.5 to a whole percent
+            "resets_at": reset,
+            "window_minutes": 300,
+        },
+        "seven_day": {
+            "status": "allowed",
+            "utilization": 0.17,
+            "resets_at": reset + 4 * 86400,
+            "window_minutes": 10080,
+        },
+    }
+    try:
+        r = await c.client.chat.completions.create(
+            model=MODEL, messages=user("say hi" + fake(answer="windows"))
+        )
+        assert r.choices[0].message.content == "windows"
+        assert await windows() == expected
+        s = await scrape(c.served)
+        for window, minutes in (("five_hour", 300), ("seven_day", 10080)):
+            labels = {"backend": "codex", "window": window}
+            assert value(s, "cli_proxy_rate_limit_utilization", **labels) == pytest.approx(
+                expected[window]["utilization"]
+            )
+            assert (
+                value(s, "cli_proxy_rate_limit_resets_at_seconds", **labels)
+                == (expected[window]["resets_at"])
+            )
+            assert value(s, "cli_proxy_rate_limit_window_minutes", **labels) == minutes
+            assert value(s, "cli_proxy_rate_limit_status", status="allowed", **labels) == 1
+
+        api.headers = {}  # no headers: codex still sends an update, every window null
+        r = await c.client.chat.completions.create(
+            model=MODEL, messages=user("again" + fake(answer="sparse"))
+        )
+        assert r.choices[0].message.content == "sparse"
+        assert await windows() == expected
+
+        limit_reset = int(time.time()) + 1800
+        api.headers = window_headers("100", limit_reset) | {
+            "x-codex-active-limit": "codex",
+            "x-codex-rate-limit-reached-type": "rate_limit_reached",
+        }
+        api.error = (
+            429,
+            {
+                "error": {
+                    "type": "usage_limit_reached",
+                    "message": "The usage limit has been reached",
+                    "plan_type": "plus",
+                    "resets_at": limit_reset,
+                    "resets_in_seconds": 1800,
+                }
+            },
+        )
+        async with (
+            aiohttp.ClientSession() as session,
+            session.post(
+                f"{c.served.base_url}/chat/completions",
+                json={"model": MODEL, "messages": user("once more")},
+            ) as resp,
+        ):
+            assert resp.status == 429
+            retry_after = int(resp.headers["Retry-After"])
+            body = await resp.json()
+        assert limit_reset - time.time() - 60 <= retry_after <= limit_reset - time.time() + 1
+        assert "five_hour (300 min) window is used up" in body["error"]["message"], body
+        now = await windows()
+        assert now["five_hour"]["status"] == "rejected"
+        assert now["five_hour"]["utilization"] == 1.0
+        assert now["five_hour"]["resets_at"] == limit_reset
+        assert now["seven_day"]["status"] == "allowed"
+        assert len(c.bodies()) == 3  # one upstream request per call: nothing retried
+    finally:
+        await api.close()

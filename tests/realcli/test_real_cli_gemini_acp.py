@@ -156,3 +156,89 @@ async def test_max_tokens_after_text_is_length(real: RealCLIs, stream: bool) -> 
         finish, text = r.choices[0].finish_reason, r.choices[0].message.content or ""
     assert text == "cut off here"
     assert finish == "length"
+
+
+# The Gemini API's 429 for a model's daily quota, as captured
+# (gemini-0.61.0-quota-apikey-429-per-day)
+QUOTA_METRIC = "generativelanguage.googleapis.com/generate_content_requests"
+DAILY_429 = {
+    "error": {
+        "code": 429,
+        "message": "You exceeded your current quota, please check your plan and billing details.",
+        "status": "RESOURCE_EXHAUSTED",
+        "details": [
+            {
+                "@type": "type.googleapis.com/google.rpc.QuotaFailure",
+                "violations": [
+                    {
+                        "quotaMetric": QUOTA_METRIC,
+                        "quotaId": "GenerateRequestsPerDayPerProjectPerModel-FreeTier",
+                        "quotaDimensions": {"model": GEMINI},
+                        "quotaValue": "10",
+                    }
+                ],
+            },
+            {"@type": "type.googleapis.com/google.rpc.RetryInfo", "retryDelay": "20000s"},
+        ],
+    }
+}
+
+
+async def test_a_daily_quota_is_a_429_until_midnight_pacific(
+    serve: Any, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The real gemini drops the API's RetryInfo of a daily quota and says only "You have
+    exhausted your daily quota on this model.": the gateway answers 429 naming the daily
+    quota, Retry-After running to midnight Pacific time (when the API's daily quotas reset),
+    and ``/health`` shows the model's quota rejected until then."""
+    import time
+    from datetime import datetime, timedelta
+    from zoneinfo import ZoneInfo
+
+    import aiohttp
+
+    from cli_proxy.config import Settings
+    from cli_proxy.gateway import Gateway, live_backends
+    from tests.fakes.fake_quota_api import QuotaModelAPI
+    from tests.realcli.test_real_cli import CLI_DIR, point_clis_at
+
+    assert CLI_DIR is not None
+    api = await QuotaModelAPI(error=(429, DAILY_429), log_unknown=False).start()
+    point_clis_at(api, tmp_path / "home", monkeypatch)
+    settings = Settings(
+        backends=["gemini"],
+        gemini={"bin": str(CLI_DIR / "gemini")},
+        timeout_s=60,
+        idle_timeout_s=45,
+        kill_grace_s=1,
+        warm_pool=False,
+    )
+    try:
+        served = await serve(Gateway(settings, live_backends(settings)))
+        async with (
+            aiohttp.ClientSession() as s,
+            s.post(
+                f"{served.base_url}/chat/completions",
+                json={"model": GEMINI, "messages": [{"role": "user", "content": "say hi"}]},
+            ) as r,
+        ):
+            assert r.status == 429
+            retry_after = int(r.headers["Retry-After"])
+            body = await r.json()
+        now = datetime.now(ZoneInfo("America/Los_Angeles"))
+        midnight = now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)
+        assert abs(retry_after - (midnight.timestamp() - time.time())) < 10
+        assert f"gemini's daily quota of {GEMINI} is used up" in body["error"]["message"]
+        base = served.base_url.removesuffix("/v1")
+        async with aiohttp.ClientSession() as s, s.get(f"{base}/health") as r:
+            state = (await r.json())["rate_limits"]["gemini"][GEMINI]
+        assert state == {
+            "status": "rejected",
+            "utilization": None,
+            "resets_at": midnight.timestamp(),
+            "window_minutes": 1440,
+        }
+        calls = [q for q in api.requests if q["path"].endswith(":streamGenerateContent")]
+        assert len(calls) == 1  # one attempt (maxAttempts 1): nothing retried
+    finally:
+        await api.close()

@@ -216,7 +216,7 @@ async def test_instruction_files_of_a_parent_repo_never_reach_the_model(
     pdeathsig launcher (tests/data/real-cli/gemini-0.61.0-ancestor-instructions.md).
     ``work_root``: the pdeathsig work root is inside the repo; ``home``: HOME is the repo and
     the work root the default (``~/.cache/cli-proxy/work``)."""
-    api = await start_fake_model_api()
+    api = await start_fake_model_api(openai_key="test")
     repo = tmp_path / "repo"
     (repo / ".git").mkdir(parents=True)
     secret, imported = canary(), canary()

@@ -162,8 +162,14 @@ async def test_rate_limit_event_reaches_gauges_and_health(served: Served) -> Non
     url = f"{served.base_url.removesuffix('/v1')}/health"
     async with aiohttp.ClientSession() as session, session.get(url) as resp:
         health = await resp.json()
+    assert value(s, "cli_proxy_rate_limit_window_minutes", **labels) == 300  # by its name
     window = health["rate_limits"]["claude"]["five_hour"]
-    assert window == {"status": "allowed_warning", "utilization": 0.91, "resets_at": resets}
+    assert window == {
+        "status": "allowed_warning",
+        "utilization": 0.91,
+        "resets_at": resets,
+        "window_minutes": 300,
+    }
 
 
 async def test_a_rejected_window_sets_retry_after_from_its_reset(served: Served) -> None:

@@ -229,6 +229,16 @@ class ClaudeBackend(Backend):
         return None
 
 
+# The length of claude's windows, known by name only: the 2.1.197 bundle's ``rateLimitType``
+# enum (it counts 18000 s and 604800 s); ``overage`` is no window of fixed length.
+WINDOW_MINUTES = {
+    "five_hour": 300,
+    "seven_day": 10080,
+    "seven_day_opus": 10080,
+    "seven_day_sonnet": 10080,
+    "seven_day_overage_included": 10080,
+}
+
 _RATE_EVENT = b'"rate_limit_event"'
 _RATE_EVENT_START = b'{"type":"rate_limit_event"'
 
@@ -291,11 +301,13 @@ class ClaudeParser(StreamParser):
             return []
         utilization = info.get("utilization")
         resets = info.get("resetsAt")
+        window = str(info.get("rateLimitType") or "unknown")
         event = RateLimit(
-            window=str(info.get("rateLimitType") or "unknown"),
+            window=window,
             status=info["status"],
             utilization=float(utilization) if isinstance(utilization, int | float) else None,
             resets_at=float(resets) if isinstance(resets, int | float) else None,
+            window_minutes=WINDOW_MINUTES.get(window),
         )
         self._rate = event
         return [event]

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import re
 import time
+from datetime import datetime
 from typing import Any
 
 from cli_proxy.backends.base import (
@@ -37,8 +38,10 @@ from cli_proxy.read.events import (
     CliThinking,
     CliToolCall,
     Failure,
+    RateLimit,
     Truncated,
     UsageReport,
+    window_name,
 )
 
 # Thread items that mean codex itself ran (or started) one of its own tools.
@@ -69,6 +72,18 @@ _ERROR_KINDS = {
     "badRequest": FailureKind.BAD_REQUEST,
     "modelNotFound": FailureKind.BAD_REQUEST,
 }
+
+
+WARN_AT = 0.75
+"""A codex window is ``allowed_warning`` from this used share on: the lowest share at which
+claude warns of a window (its 7-day one; its 5-hour one at 0.9), so the two backends' gauges
+read alike. ``rejected`` at 100 % or when the update says a limit is reached."""
+# "try again at Nov 27th, 2026 6:20 PM" (another day) or "try again at 6:20 PM" (the same
+# day): codex's text for a usage limit's reset, in the process's local time, to the minute.
+_TRY_AGAIN_AT = re.compile(
+    r"try again at (?:([A-Z][a-z]{2}) (\d{1,2})(?:st|nd|rd|th)?, (\d{4}) )?"
+    r"(\d{1,2}):(\d{2}) ([AP]M)"
+)
 
 
 def cli_tool_failure(what: str) -> Failure:
@@ -123,6 +138,7 @@ class CodexParser(StreamParser):
         self._truncated = False
         self._last_error = ""
         self._plain_lines: list[str] = []  # the last non-JSON lines: stderr, merged
+        self._windows: dict[str, RateLimit] = {}  # the subscription's, as last updated
 
     def replies(self) -> bytes:
         out, self._out = bytes(self._out), bytearray()
@@ -262,6 +278,11 @@ class CodexParser(StreamParser):
             return self._item(item, method == "item/completed") if isinstance(item, dict) else []
         if method == "thread/tokenUsage/updated":
             return self._usage(params)
+        if method == "account/rateLimits/updated":
+            limits = params.get("rateLimits")
+            windows = rate_limit_windows(limits) if isinstance(limits, dict) else []
+            self._windows.update((w.window, w) for w in windows)
+            return list(windows)
         if method == "error":
             err = params.get("error")
             if isinstance(err, dict) and not params.get("willRetry"):
@@ -327,7 +348,10 @@ class CodexParser(StreamParser):
         status = turn.get("status")
         if status == "failed":
             err = turn.get("error")
-            return self._fail(turn_failure(err if isinstance(err, dict) else {}, self._last_error))
+            failure = turn_failure(err if isinstance(err, dict) else {}, self._last_error)
+            if isinstance(failure, Failure) and failure.kind is FailureKind.RATE_LIMITED:
+                failure = exhausted(failure, list(self._windows.values()))
+            return self._fail(failure)
         if status == "interrupted" and not (self._interrupted or self._calls):
             return self._fail(Failure(FailureKind.CLI_ERROR, "codex interrupted the turn"))
         return []
@@ -373,6 +397,92 @@ class CodexParser(StreamParser):
 
 def _str(value: Any) -> str | None:
     return value if isinstance(value, str) else None
+
+
+def _number(value: Any) -> float | None:
+    return float(value) if isinstance(value, int | float) and not isinstance(value, bool) else None
+
+
+def rate_limit_windows(limits: dict[str, Any]) -> list[RateLimit]:
+    """The windows of one ``account/rateLimits/updated`` (its ``rateLimits``), named by length
+    as claude's are (``five_hour``, ``seven_day``, else ``<N>_min``; a window of a limit other
+    than ``codex`` is prefixed with its id: ``codex_other.60_min``). A window that is ``null``
+    was not said (a sparse update): it yields nothing, so the last known state stands."""
+    limit = limits.get("limitId")
+    prefix = f"{limit}." if isinstance(limit, str) and limit and limit != "codex" else ""
+    found: list[tuple[str, float | None, float | None, int | None]] = []
+    for slot in ("primary", "secondary"):
+        window = limits.get(slot)
+        if not isinstance(window, dict):
+            continue
+        used = _number(window.get("usedPercent"))
+        minutes = _number(window.get("windowDurationMins"))
+        length = int(minutes) if minutes is not None and minutes > 0 else None
+        name = prefix + (window_name(length) if length is not None else slot)
+        share = used / 100 if used is not None else None
+        found.append((name, share, _number(window.get("resetsAt")), length))
+    full = {name for name, share, _, _ in found if share is not None and share >= 1}
+    shares = [(share, name) for name, share, _, _ in found if share is not None]
+    if limits.get("rateLimitReachedType") and not full and shares:
+        full = {max(shares)[1]}  # a limit is reached: the fullest window it must be
+    return [
+        RateLimit(
+            window=name,
+            status="rejected"
+            if name in full
+            else "allowed_warning"
+            if share is not None and share >= WARN_AT
+            else "allowed",
+            utilization=share,
+            resets_at=resets,
+            window_minutes=length,
+        )
+        for name, share, resets, length in found
+    ]
+
+
+def exhausted(failure: Failure, windows: list[RateLimit]) -> Failure:
+    """A rate-limited turn with the windows that refused it: the message names them, and
+    the wait runs to the last of their resets (the update before the error says when); else
+    to the reset the error text names (local time, to the minute); else what the text says."""
+    used_up = [w for w in windows if w.status == "rejected"]
+    resets = [w.resets_at for w in used_up if w.resets_at is not None]
+    reset_at = max(resets) if resets else _text_reset(failure.message)
+    wait = failure.retry_after_s
+    if reset_at is not None:
+        wait = max(1.0, reset_at - time.time())
+    message = failure.message
+    if used_up:
+        names = " and ".join(
+            f"{w.window}" + (f" ({w.window_minutes} min)" if w.window_minutes else "")
+            for w in used_up
+        )
+        noun = "windows are" if len(used_up) > 1 else "window is"
+        message += f" (codex's {names} {noun} used up"
+        if resets:
+            when = datetime.fromtimestamp(max(resets)).astimezone().isoformat(timespec="minutes")
+            message += f"; it resets at {when}" if len(used_up) == 1 else f"; the last at {when}"
+        message += ")"
+    return Failure(failure.kind, message, wait)
+
+
+def _text_reset(message: str) -> float | None:
+    """The reset a usage-limit text names ("try again at Nov 27th, 2026 6:20 PM"), read in
+    the gateway's local time zone, which the CLI inherits."""
+    m = _TRY_AGAIN_AT.search(message)
+    if m is None:
+        return None
+    month, day, year, hour, minute, half = m.groups()
+    clock = f"{int(hour)}:{minute} {half}"
+    try:
+        if month is None:
+            today = datetime.now().date()
+            at = datetime.strptime(f"{today.isoformat()} {clock}", "%Y-%m-%d %I:%M %p")
+        else:
+            at = datetime.strptime(f"{month} {int(day)} {year} {clock}", "%b %d %Y %I:%M %p")
+    except ValueError:
+        return None
+    return at.timestamp()  # a naive time: local
 
 
 def _error_text(err: dict[str, Any]) -> str:

@@ -15,12 +15,12 @@ CLIENT_NAME = "cli_proxy"  # codex puts it in the upstream originator / user-age
 
 QUIET = (
     "remoteControl/status/changed",  # names the host and its installation id
-    "account/rateLimits/updated",
     "thread/status/changed",
     "thread/started",
     "mcpServer/startupStatus/updated",
 )
-"""Notifications the parser never reads: not sent, not recorded in fixtures."""
+"""Notifications the parser never reads: not sent, not recorded in fixtures.
+``account/rateLimits/updated`` is read (the subscription's windows), so it is not here."""
 
 
 def rpc(msg_id: int | None, method: str, params: dict[str, Any] | None = None) -> bytes:

@@ -22,15 +22,23 @@ waits there (capture gemini-0.61.0-acp-refresh-invalid-grant): that line ends th
 error. The seal is the workspace settings (no core tools): with a tool enabled, 0.61.0 ran
 ``run_shell_command`` and ``write_file`` without asking permission at all, so a tool that
 starts or completes ends the call as a failure.
+
+Quota: 0.61.0 says nothing of it over ACP (the Code Assist quota it fetches with a Google
+login stays inside the CLI, tests/data/real-cli/gemini-0.61.0-quota.md). What reaches stdout
+is a model's answer or its 429 and that error's text: read into the model's quota state
+(``RateLimit``, its window the model), the wait and the message (``quota_failure``).
 """
 
 from __future__ import annotations
 
 import json
 import re
+import time
 from collections.abc import Mapping, Sequence
+from datetime import datetime, timedelta
 from pathlib import Path
 from typing import Any, ClassVar
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from cli_proxy.backends.base import (
     Backend,
@@ -51,7 +59,15 @@ from cli_proxy.failures import FailureKind
 from cli_proxy.plan.prompt import Prompt
 from cli_proxy.plan.spec import PrivateHome
 from cli_proxy.protocol import ChatCompletionRequest
-from cli_proxy.read.events import CliEvent, CliText, CliThinking, Failure, Truncated, UsageReport
+from cli_proxy.read.events import (
+    CliEvent,
+    CliText,
+    CliThinking,
+    Failure,
+    RateLimit,
+    Truncated,
+    UsageReport,
+)
 from cli_proxy.run.logins import Login, read_json
 
 # Workspace settings (they override the user's): no core tools, so the model cannot act on
@@ -222,7 +238,7 @@ class GeminiBackend(Backend):
         return gemini_login(real / "oauth_creds.json", _auth_type(real / "settings.json"), env)
 
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> GeminiParser:
-        return GeminiParser(prompt_blocks(prompt))
+        return GeminiParser(prompt_blocks(prompt), request.model)
 
     @classmethod
     def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
@@ -255,9 +271,10 @@ class GeminiParser(StreamParser):
     """The client side of one ACP session: answers the CLI's requests, sends the prompt once
     the session is open, and reads the turn's updates and result."""
 
-    def __init__(self, blocks: list[dict[str, Any]]) -> None:
+    def __init__(self, blocks: list[dict[str, Any]], model: str = "") -> None:
         self.done = False
         self._blocks = blocks
+        self._model = model  # the quota's window (quotas are per model); "": not reported
         self._out: list[bytes] = []
         self._text_seen = False
         self._failed = False
@@ -380,6 +397,8 @@ class GeminiParser(StreamParser):
         elif self._text_seen and _cut_stream(result):
             message = "gemini's model stream ended without a finish reason: the answer was cut off"
             events += self._fail(Failure(FailureKind.CLI_ERROR, message))
+        if self._model and usage is not None:  # the model answered: its quota let it through
+            events.append(RateLimit(self._model, "allowed"))
         return events
 
     def _rpc_failure(self, error: Any) -> list[CliEvent]:
@@ -394,7 +413,10 @@ class GeminiParser(StreamParser):
             failure = Failure(FailureKind.BAD_REQUEST, message)
         elif isinstance(code, int) and 400 <= code < 600 and code != 500:
             failure = Failure(kind_for_status(code, failure.kind), message, failure.retry_after_s)
-        return self._fail(failure)
+        if failure.kind is not FailureKind.RATE_LIMITED:
+            return self._fail(failure)
+        failure, window = quota_failure(failure, self._model)
+        return ([window] if window is not None else []) + self._fail(failure)
 
     def _fail(self, failure: Failure) -> list[CliEvent]:
         self.done = True
@@ -423,6 +445,56 @@ def _usage(result: dict[str, Any]) -> UsageReport | None:
     if not isinstance(count, dict):
         return None
     return UsageReport(as_int(count.get("input_tokens")), as_int(count.get("output_tokens")))
+
+
+# 0.61.0's own text for a per-day quota (``TerminalQuotaError``: the API's RetryInfo dropped)
+_DAILY = re.compile(r"exhausted your daily quota", re.I)
+# Code Assist's QUOTA_EXHAUSTED text: "Your quota will reset after 2h30m0s." (a Go duration)
+_RESET_AFTER = re.compile(r"reset after ((?:\d+(?:\.\d+)?[hms])+)", re.I)
+_DURATION_PART = re.compile(r"(\d+(?:\.\d+)?)([hms])")
+PACIFIC = "America/Los_Angeles"
+"""Daily (RPD) quotas of the Gemini API reset at midnight Pacific time
+(https://ai.google.dev/gemini-api/docs/rate-limits)."""
+
+
+def quota_failure(failure: Failure, model: str) -> tuple[Failure, RateLimit | None]:
+    """A gemini 429, with what its text tells: the wait (the CLI's "Suggested retry after Ns",
+    the API's "Please retry in Ns" or "Your quota will reset after 2h30m0s"; for the daily
+    quota, whose wait the CLI drops, the next midnight Pacific time), a message naming a
+    daily quota, and the model's quota state (``rejected``, until then when known)."""
+    wait = failure.retry_after_s
+    message = failure.message
+    minutes = None
+    m = _RESET_AFTER.search(message)
+    if wait is None and m is not None:
+        wait = sum(
+            float(n) * {"h": 3600, "m": 60, "s": 1}[unit]
+            for n, unit in _DURATION_PART.findall(m.group(1))
+        )
+    resets = float(round(time.time() + wait)) if wait is not None else None
+    if _DAILY.search(message):
+        minutes = 1440
+        midnight = _next_midnight(PACIFIC)
+        if wait is None and midnight is not None:
+            resets, wait = midnight, max(1.0, midnight - time.time())
+        what = f"gemini's daily quota of {model}" if model else "gemini's daily quota"
+        message += f" ({what} is used up: it resets at midnight Pacific time"
+        if midnight is not None:
+            when = datetime.fromtimestamp(midnight).astimezone()
+            message += ", " + when.isoformat(timespec="minutes")
+        message += ")"
+    window = RateLimit(model, "rejected", None, resets, minutes) if model else None
+    return Failure(failure.kind, message, wait), window
+
+
+def _next_midnight(zone: str) -> float | None:
+    """The next midnight in ``zone`` as Unix time (None without the time zone database)."""
+    try:
+        tz = ZoneInfo(zone)
+    except (ZoneInfoNotFoundError, ValueError):
+        return None
+    now = datetime.now(tz)
+    return (now.replace(hour=0, minute=0, second=0, microsecond=0) + timedelta(days=1)).timestamp()
 
 
 def _cut_stream(result: dict[str, Any]) -> bool:

@@ -22,7 +22,11 @@ order) scripts the turn:
   echo_channel   answer with the JSON of what it received: ``{"thread", "items", "input",
                  "outputSchema"}`` (tests check the mapping of a request onto the channel)
   input_tokens / output_tokens / cached / reasoning_tokens   usage numbers
-Only the standard library.
+  rate_limits    ``account/rateLimits/updated`` params' ``rateLimits`` objects (one or a
+                 list), sent as the real one sends them: after the token usage, right before
+                 ``turn/completed``, or before the ``error`` of a failed turn
+Notifications the client opted out of at ``initialize`` (``optOutNotificationMethods``) are
+never sent, as by codex. Only the standard library.
 """
 
 from __future__ import annotations
@@ -42,8 +46,12 @@ def emit(obj: dict[str, Any]) -> None:
     sys.stdout.flush()
 
 
+QUIET: set[str] = set()  # the client's optOutNotificationMethods
+
+
 def notify(method: str, params: dict[str, Any]) -> None:
-    emit({"method": method, "params": params})
+    if method not in QUIET:
+        emit({"method": method, "params": params})
 
 
 def texts(value: Any) -> list[str]:
@@ -90,11 +98,19 @@ class Server:
         self.pending_turn = False  # waiting for an interrupt (tool calls out)
         self.request_id = 0
         self.usage: dict[str, int] = {}
+        self.rate_limits: list[Any] = []  # to send once, before the turn ends
+
+    def send_rate_limits(self) -> None:
+        for limits in self.rate_limits:
+            notify("account/rateLimits/updated", {"rateLimits": limits})
+        self.rate_limits = []
 
     def handle(self, msg: dict[str, Any]) -> None:
         method, msg_id = msg.get("method"), msg.get("id")
         params = msg.get("params") if isinstance(msg.get("params"), dict) else {}
         if method == "initialize":
+            capabilities = params.get("capabilities") or {}
+            QUIET.update(capabilities.get("optOutNotificationMethods") or [])
             emit({"id": msg_id, "result": {"userAgent": "cli_proxy/0.169.0 (fake)"}})
         elif method == "thread/start":
             self.thread = params
@@ -126,6 +142,7 @@ class Server:
         ids = {"threadId": self.thread_id, "turnId": self.turn_id}
         if self.usage:
             notify("thread/tokenUsage/updated", {**ids, "tokenUsage": {"total": self.usage}})
+        self.send_rate_limits()
         turn = {"id": self.turn_id, "items": [], "status": status, "error": error}
         notify("turn/completed", {"threadId": self.thread_id, "turn": turn})
 
@@ -143,6 +160,8 @@ class Server:
                 "outputSchema": params.get("outputSchema"),
             }
             answer = json.dumps(received)
+        limits = spec.get("rate_limits")
+        self.rate_limits = limits if isinstance(limits, list) else [limits] if limits else []
         size = sum(map(len, conversation))
         self.usage = {
             "inputTokens": int(spec.get("input_tokens", size // 4)),
@@ -160,6 +179,7 @@ class Server:
         if isinstance(spec.get("error_message"), str):
             info = spec.get("error_info")
             error = {"message": spec["error_message"], "codexErrorInfo": info}
+            self.send_rate_limits()  # from the error's headers, before the error
             notify("error", {"error": error, "willRetry": False, **ids})
             self.complete("failed", error)
             return

@@ -157,7 +157,8 @@ async def run(codex: str, case: str) -> None:
         proc.stdin.write(line)  # type: ignore[union-attr]
         sent.append(f"{time.monotonic() - t0:7.3f} {line.decode().rstrip()}")
 
-    quiet = list(QUIET) if optout else [m for m in QUIET if m != "account/rateLimits/updated"]
+    # the gateway opted out of the updates when this was captured; it reads them since
+    quiet = [*QUIET, "account/rateLimits/updated"] if optout else list(QUIET)
     caps = {"experimentalApi": True, "optOutNotificationMethods": quiet}
     send(
         1, "initialize", {"clientInfo": {"name": "cli_proxy", "version": "0"}, "capabilities": caps}
