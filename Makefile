@@ -42,6 +42,9 @@ run: $(STAMP)
 	@$(VENV)/bin/cli-proxy doctor $(ARGS) || true
 	$(VENV)/bin/cli-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
 
+# Two pytest-xdist workers: the real-CLI tests one after another on one of them (one group,
+# tests/conftest.py), everything else beside them. TEST_WORKERS= runs the suite in one process.
+TEST_WORKERS ?= -n 2 --dist loadgroup
 # The real CLIs (~15 s from npm) let tests/realcli/test_real_cli.py drive the real binaries against a
 # fake model API on loopback; without npm or the registry those tests skip, the rest still run.
 test: $(STAMP)
@@ -50,7 +53,7 @@ test: $(STAMP)
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
 	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/commands/test_deploy.py) will skip"
 	@$(MAKE) --no-print-directory browser || echo "note: chromium not installed; the status page's browser test (tests/server/test_status_browser.py) will skip"
-	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider
+	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider $(TEST_WORKERS)
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cli_proxy tests bench scripts
