@@ -274,185 +274,179 @@ def _backends() -> list[dict[str, Any]]:
     return out
 
 
-def build_document() -> dict[str, Any]:
-    """The OpenAPI 3.1 document (uncached; ``document()`` caches it)."""
-    schemas, top = models_json_schema(_MODELS, ref_template=REF)
-    components = top.get("$defs", {})
-    ref = {model: schemas[(model, mode)] for model, mode in _MODELS}
-    error = ref[ErrorBody]
+def _post(
+    op: str, summary: str, request: Any, answer: dict[str, Any], errors: dict[str, Any]
+) -> dict[str, Any]:
+    """A POST operation: its JSON request body, its 200 answer, its error statuses."""
+    body = {"required": True, "content": {JSON: {"schema": request}}}
+    responses = {"200": answer, **errors}
+    return {
+        "post": {"summary": summary, "operationId": op, "requestBody": body, "responses": responses}
+    }
 
-    def call(
-        op: str,
-        summary: str,
-        request: type[BaseModel],
-        answer: type[BaseModel],
-        stream: str,
-        events: dict[str, Any],
-        errors: dict[str, Any] | None = None,
-    ) -> Any:
-        return {
-            "post": {
-                "summary": summary,
-                "operationId": op,
-                "requestBody": {
-                    "required": True,
-                    "content": {JSON: {"schema": ref[request]}},
-                },
-                "responses": {
-                    "200": {
-                        "description": "The answer: a JSON object, or with stream=true "
-                        f"a server-sent event stream: {stream}",
-                        "content": {JSON: {"schema": ref[answer]}, SSE: events},
-                    },
-                    **(errors or _errors(_CALL_ERRORS, error)),
-                },
-            }
+
+def _get(
+    op: str, summary: str, answer: dict[str, Any], errors: dict[str, Any], **extra: Any
+) -> dict[str, Any]:
+    """A GET operation (``extra``: its ``parameters`` or an open ``security``)."""
+    return {
+        "get": {
+            "summary": summary,
+            "operationId": op,
+            **extra,
+            "responses": {"200": answer, **errors},
         }
+    }
 
-    paths: dict[str, Any] = {
-        "/v1/chat/completions": call(
+
+def _answer(description: str, content: dict[str, Any]) -> dict[str, Any]:
+    return {"description": description, "content": content}
+
+
+def _call(
+    ref: dict[type[BaseModel], Any],
+    op: str,
+    summary: str,
+    models: tuple[type[BaseModel], type[BaseModel]],
+    stream: str,
+    events: dict[str, Any],
+    errors: dict[str, Any],
+) -> dict[str, Any]:
+    """A call: one JSON answer, or with ``stream`` its server-sent events."""
+    request, answer = models
+    described = (
+        f"The answer: a JSON object, or with stream=true a server-sent event stream: {stream}"
+    )
+    content = {JSON: {"schema": ref[answer]}, SSE: events}
+    return _post(op, summary, ref[request], _answer(described, content), errors)
+
+
+def _call_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+    """The three call APIs and count_tokens: what runs a CLI (or estimates it)."""
+    error, anthropic_error = ref[ErrorBody], ref[AnthropicErrorBody]
+    chat_events = {"anyOf": [ref[ChatCompletionChunk], error]}
+    return {
+        "/v1/chat/completions": _call(
+            ref,
             "createChatCompletion",
             "Create a chat completion (one CLI process per call)",
-            ChatCompletionRequest,
-            ChatCompletion,
+            (ChatCompletionRequest, ChatCompletion),
             "'data: {chat.completion.chunk}' events, then 'data: [DONE]'; a failure after "
             "the first event is a 'data: {\"error\": {...}}' event instead",
-            _sse(
-                {
-                    "anyOf": [
-                        {"const": "[DONE]"},
-                        _json_text({"anyOf": [ref[ChatCompletionChunk], error]}),
-                    ]
-                }
-            ),
+            _sse({"anyOf": [{"const": "[DONE]"}, _json_text(chat_events)]}),
+            _errors(_CALL_ERRORS, error),
         ),
-        "/v1/responses": call(
+        "/v1/responses": _call(
+            ref,
             "createResponse",
             "Create a model response (Responses API, stateless)",
-            ResponsesRequest,
-            ResponseObject,
+            (ResponsesRequest, ResponseObject),
             "typed events ('event: response.created' ... 'event: response.completed'); a "
             "failure after the first event is 'response.failed' then an 'error' event",
             _sse(_json_text(ref[ResponseStreamEvent]), {"type": "string"}),
+            _errors(_CALL_ERRORS, error),
         ),
-        "/v1/messages": call(
+        "/v1/messages": _call(
+            ref,
             "createMessage",
             "Create a message (Anthropic's Messages API, on the same pipeline; "
             "docs/anthropic-api.md)",
-            MessagesRequest,
-            AnthropicMessage,
+            (MessagesRequest, AnthropicMessage),
             "Anthropic's events ('event: message_start' ... 'event: message_stop'); a failure "
             "after the first event is an 'error' event",
             _sse(_json_text(ref[AnthropicStreamEvent]), {"type": "string"}),
-            _errors(_MESSAGES_ERRORS, ref[AnthropicErrorBody]),
+            _errors(_MESSAGES_ERRORS, anthropic_error),
         ),
-        "/v1/messages/count_tokens": {
-            "post": {
-                "summary": "Estimate the input tokens of a Messages request (nothing runs)",
-                "operationId": "countTokens",
-                "requestBody": {
-                    "required": True,
-                    "content": {JSON: {"schema": ref[CountTokensRequest]}},
-                },
-                "responses": {
-                    "200": {
-                        "description": "The estimate: the rendered prompt's characters / 4",
-                        "content": {JSON: {"schema": ref[TokenCount]}},
-                    },
-                    **_errors(_COUNT_ERRORS, ref[AnthropicErrorBody]),
-                },
-            }
-        },
-        "/v1/models": {
-            "get": {
-                "summary": "List the models of the enabled backends (in Anthropic's shape "
-                "when the request carries anthropic-version)",
-                "operationId": "listModels",
-                "responses": {
-                    "200": {
-                        "description": "The model list",
-                        "content": {JSON: {"schema": ref[ModelList]}},
-                    },
-                    **_errors(_GET_ERRORS, error),
-                },
-            }
-        },
-        "/v1/models/{model}": {
-            "get": {
-                "summary": "One model: a listed one, or any name a backend would route",
-                "operationId": "retrieveModel",
-                "parameters": [
-                    {
-                        "name": "model",
-                        "in": "path",
-                        "required": True,
-                        "schema": {"type": "string", "minLength": 1},
-                    }
-                ],
-                "responses": {
-                    "200": {
-                        "description": "The model",
-                        "content": {JSON: {"schema": ref[ModelCard]}},
-                    },
-                    **_errors((*_GET_ERRORS, 404), error),
-                },
-            }
-        },
-        "/health": {
-            "get": {
-                "summary": "Liveness and admission counters",
-                "operationId": "health",
-                "security": [],
-                "responses": {
-                    "200": {
-                        "description": "ok, or draining after SIGTERM",
-                        "content": {JSON: {"schema": ref[HealthStatus]}},
-                    },
-                    **_errors((403,), error),
-                },
-            }
-        },
-        "/metrics": {
-            "get": {
-                "summary": "Prometheus metrics (text exposition format; docs/metrics.md)",
-                "operationId": "metrics",
-                "responses": {
-                    "200": {
-                        "description": "The gateway's metric families",
-                        "content": {"text/plain": {"schema": {"type": "string"}}},
-                    },
-                    **_errors(_GET_ERRORS, error),
-                },
-            }
-        },
-        "/health/ready": {
-            "get": {
-                "summary": "Readiness: 503 from the moment the replica starts draining",
-                "operationId": "ready",
-                "security": [],
-                "responses": {
-                    "200": {
-                        "description": "ready: a load balancer may send calls here",
-                        "content": {JSON: {"schema": ref[ReadyStatus]}},
-                    },
-                    **_errors((403, 503), error),
-                },
-            }
-        },
-        "/openapi.json": {
-            "get": {
-                "summary": "This document",
-                "operationId": "openapi",
-                "responses": {
-                    "200": {
-                        "description": "The OpenAPI description of the gateway",
-                        "content": {JSON: {"schema": {"type": "object"}}},
-                    },
-                    **_errors(_GET_ERRORS, error),
-                },
-            }
-        },
+        "/v1/messages/count_tokens": _post(
+            "countTokens",
+            "Estimate the input tokens of a Messages request (nothing runs)",
+            ref[CountTokensRequest],
+            _answer(
+                "The estimate: the rendered prompt's characters / 4",
+                {JSON: {"schema": ref[TokenCount]}},
+            ),
+            _errors(_COUNT_ERRORS, anthropic_error),
+        ),
     }
+
+
+def _other_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+    """Models, health, metrics and this document."""
+    error = ref[ErrorBody]
+
+    def json_of(model: type[BaseModel]) -> dict[str, Any]:
+        return {JSON: {"schema": ref[model]}}
+
+    model_param = {"name": "model", "in": "path", "required": True}
+    model_param["schema"] = {"type": "string", "minLength": 1}
+    return {
+        "/v1/models": _get(
+            "listModels",
+            "List the models of the enabled backends (in Anthropic's shape "
+            "when the request carries anthropic-version)",
+            _answer("The model list", json_of(ModelList)),
+            _errors(_GET_ERRORS, error),
+        ),
+        "/v1/models/{model}": _get(
+            "retrieveModel",
+            "One model: a listed one, or any name a backend would route",
+            _answer("The model", json_of(ModelCard)),
+            _errors((*_GET_ERRORS, 404), error),
+            parameters=[model_param],
+        ),
+        "/health": _get(
+            "health",
+            "Liveness and admission counters",
+            _answer("ok, or draining after SIGTERM", json_of(HealthStatus)),
+            _errors((403,), error),
+            security=[],
+        ),
+        "/metrics": _get(
+            "metrics",
+            "Prometheus metrics (text exposition format; docs/metrics.md)",
+            _answer(
+                "The gateway's metric families", {"text/plain": {"schema": {"type": "string"}}}
+            ),
+            _errors(_GET_ERRORS, error),
+        ),
+        "/health/ready": _get(
+            "ready",
+            "Readiness: 503 from the moment the replica starts draining",
+            _answer("ready: a load balancer may send calls here", json_of(ReadyStatus)),
+            _errors((403, 503), error),
+            security=[],
+        ),
+        "/openapi.json": _get(
+            "openapi",
+            "This document",
+            _answer(
+                "The OpenAPI description of the gateway", {JSON: {"schema": {"type": "object"}}}
+            ),
+            _errors(_GET_ERRORS, error),
+        ),
+    }
+
+
+_SECURITY_SCHEMES = {
+    "bearer": {
+        "type": "http",
+        "scheme": "bearer",
+        "description": "Required only when the gateway has api_keys set",
+    },
+    "apiKey": {
+        "type": "apiKey",
+        "in": "header",
+        "name": "x-api-key",
+        "description": "The same keys, as Anthropic clients send them",
+    },
+}
+
+
+def build_document() -> dict[str, Any]:
+    """The OpenAPI 3.1 document (uncached; ``document()`` caches it): the wire models'
+    schemas as components, and the paths that use them."""
+    schemas, top = models_json_schema(_MODELS, ref_template=REF)
+    ref = {model: schemas[(model, mode)] for model, mode in _MODELS}
     return {
         "openapi": "3.1.0",
         "info": {
@@ -465,23 +459,8 @@ def build_document() -> dict[str, Any]:
             'with anthropic-version) {"type": "error", "error": {type, message}}.',
         },
         "x-backends": _backends(),
-        "paths": paths,
-        "components": {
-            "schemas": components,
-            "securitySchemes": {
-                "bearer": {
-                    "type": "http",
-                    "scheme": "bearer",
-                    "description": "Required only when the gateway has api_keys set",
-                },
-                "apiKey": {
-                    "type": "apiKey",
-                    "in": "header",
-                    "name": "x-api-key",
-                    "description": "The same keys, as Anthropic clients send them",
-                },
-            },
-        },
+        "paths": {**_call_paths(ref), **_other_paths(ref)},
+        "components": {"schemas": top.get("$defs", {}), "securitySchemes": _SECURITY_SCHEMES},
         "security": [{"bearer": []}, {"apiKey": []}, {}],
     }
 
