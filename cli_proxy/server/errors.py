@@ -156,7 +156,7 @@ def from_validation_error(exc: ValidationError) -> APIError:
         tag = str((err.get("ctx") or {}).get("discriminator", "")).strip("'\"")
         if tag:
             loc.append(tag)
-    param = _dotted(loc) or None
+    param = dotted(loc) or None
     msg = err["msg"]
     if param:
         msg = f"Invalid value for '{param}': {msg}"
@@ -187,7 +187,8 @@ def _field_path(loc: tuple[int | str, ...]) -> list[str]:
     return out
 
 
-def _dotted(loc: list[str]) -> str:
+def dotted(loc: list[str]) -> str:
+    """A field path as a client writes it: ``messages[0].content[1].text``."""
     out = ""
     for part in loc:
         out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)

@@ -24,7 +24,7 @@ from pydantic import (
 )
 
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
-from cli_proxy.server.errors import APIError, from_validation_error
+from cli_proxy.server.errors import APIError, dotted, from_validation_error
 
 # ------------------------------------------------------------------ request models
 
@@ -220,7 +220,7 @@ def validated(model: type[M], data: Any) -> M:
     except ValidationError as exc:
         errors = exc.errors(include_url=False)
         err = max(errors, key=lambda e: len(_path(e["loc"])))
-        param = _dotted(_path(err["loc"])) or None
+        param = dotted(_path(err["loc"])) or None
         message = err["msg"]
         if param:
             message = f"Invalid value for '{param}': {message}"
@@ -240,13 +240,6 @@ def _path(loc: tuple[int | str, ...]) -> list[str]:
             if prev == "source" and part in ("base64", "url", "file"):
                 continue
         out.append(str(part))
-    return out
-
-
-def _dotted(loc: list[str]) -> str:
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
     return out
 
 
