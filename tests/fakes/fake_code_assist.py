@@ -19,6 +19,8 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
+from tests.fakes.loopback import serve_app
+
 
 @dataclass
 class FakeCodeAssist:
@@ -88,12 +90,7 @@ class FakeCodeAssist:
     async def start(self) -> FakeCodeAssist:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_app(app)
         return self
 
     async def close(self) -> None:

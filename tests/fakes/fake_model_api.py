@@ -110,6 +110,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve_app
+
 MARKER = "@@fake "
 JSON_DEFAULT = '{"tool_call":null,"response":"ok"}'
 TEXT_DEFAULT = "Hi! How can I help you today?"
@@ -1123,14 +1125,7 @@ async def start_fake_model_api(
         anthropic_key=anthropic_key,
         gemini_key=gemini_key,
     )
-    runner = web.AppRunner(api.make_app(), access_log=None)
-    await runner.setup()
-    site = web.TCPSite(runner, host, port)
-    await site.start()
-    api._runner = runner
-    sock = site._server.sockets[0]  # type: ignore[union-attr]
-    real_port = sock.getsockname()[1]
-    api.url = f"http://{host}:{real_port}"
+    api._runner, api.url = await serve_app(api.make_app(), host, port)
     return api
 
 

@@ -23,6 +23,7 @@ from aiohttp import web
 
 from tests.fakes.fake_code_assist import FakeCodeAssist
 from tests.fakes.fake_model_api import FakeModelAPI
+from tests.fakes.loopback import serve_app
 
 MODEL_PATHS = ("/v1/messages", "/v1/responses", "Content")
 USAGE_PATHS = ("/api/codex/usage", "/backend-api/wham/usage")
@@ -68,12 +69,7 @@ class QuotaModelAPI(FakeModelAPI):
         return app
 
     async def start(self) -> QuotaModelAPI:
-        runner = web.AppRunner(self.make_app(), access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, "127.0.0.1", 0)
-        await site.start()
-        self._runner = runner
-        self.url = f"http://127.0.0.1:{site._server.sockets[0].getsockname()[1]}"  # type: ignore[union-attr]
+        self._runner, self.url = await serve_app(self.make_app())
         return self
 
 

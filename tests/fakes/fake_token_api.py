@@ -31,6 +31,8 @@ from typing import Any
 
 from aiohttp import web
 
+from tests.fakes.loopback import serve_app
+
 
 def jwt(claims: dict[str, Any]) -> str:
     """An unsigned JWT (the CLIs decode, never verify, their tokens' claims)."""
@@ -176,12 +178,7 @@ class FakeTokenAPI:
     async def start(self) -> FakeTokenAPI:
         app = web.Application()
         app.router.add_route("*", "/{tail:.*}", self._handle)
-        self._runner = web.AppRunner(app, access_log=None)
-        await self._runner.setup()
-        site = web.TCPSite(self._runner, "127.0.0.1", 0)
-        await site.start()
-        port = site._server.sockets[0].getsockname()[1]  # type: ignore[union-attr]
-        self.url = f"http://127.0.0.1:{port}"
+        self._runner, self.url = await serve_app(app)
         return self
 
     async def close(self) -> None:
