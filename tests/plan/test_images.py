@@ -16,7 +16,7 @@ import pytest
 from aiohttp import web
 from aiohttp.test_utils import TestServer
 
-from cli_proxy.backends.claude import ClaudeBackend
+from cli_proxy.backends.claude.backend import ClaudeBackend
 from cli_proxy.fixtures.keys import normalized_request, request_key
 from cli_proxy.plan.images import ImageError, ImageLimits, extract, sniff
 from cli_proxy.plan.prompt import render
@@ -99,6 +99,18 @@ SCREENSHOT: dict[str, Any] = {
     "type": "function",
     "function": {"name": "screenshot", "parameters": {"type": "object", "properties": {}}},
 }
+
+
+def two_images_turn(answer: str) -> list[dict[str, Any]]:
+    """One user turn with a PNG and a JPEG between captions; the fake model answers ``answer``."""
+    content = [
+        {"type": "text", "text": "a red square:"},
+        image_part(data_url(PNG)),
+        {"type": "text", "text": "and a blue one:"},
+        image_part(data_url(JPEG, "image/jpeg")),
+        {"type": "text", "text": "colours?" + fake(answer=answer)},
+    ]
+    return [{"role": "user", "content": content}]
 
 
 def screenshot_turns(tool_content: list[dict[str, Any]], then: str) -> list[dict[str, Any]]:
@@ -214,7 +226,7 @@ async def test_images_elsewhere_than_user_and_tool_messages_are_refused(served: 
 async def test_a_backend_without_an_image_channel_says_so(serve: ServeFactory) -> None:
     """Every built-in backend has an image channel now (claude stream-json, gemini ACP, codex
     app-server); a backend without one refuses images before any process starts."""
-    from cli_proxy.backends.claude import ClaudeBackend
+    from cli_proxy.backends.claude.backend import ClaudeBackend
     from cli_proxy.backends.registry import register, unregister
 
     class TextOnly(ClaudeBackend):

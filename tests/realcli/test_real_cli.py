@@ -97,6 +97,18 @@ class RealCLIs:
             if r["path"] == "/v1/messages" or r["path"].endswith(":streamGenerateContent")
         ]
 
+    def only_body(self, capture: str) -> dict[str, Any]:
+        """The body of the single model request of a test, kept as ``capture`` in
+        ``$CLI_PROXY_CAPTURE_DIR`` when that is set (how tests/data/real-cli/ is refreshed)."""
+        reqs = self.model_requests()
+        assert len(reqs) == 1, [r["path"] for r in self.api.requests]
+        body = reqs[0]["body"]
+        assert isinstance(body, dict)
+        target = os.environ.get("CLI_PROXY_CAPTURE_DIR")
+        if target:
+            Path(target, capture).write_text(json.dumps(body, indent=1) + "\n")
+        return body
+
     def only_request(self) -> tuple[dict[str, Any], str]:
         """The single model request of a test, and the text of its messages."""
         reqs = self.model_requests()

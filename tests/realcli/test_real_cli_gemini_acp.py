@@ -8,8 +8,6 @@ from __future__ import annotations
 
 import base64
 import contextlib
-import json
-import os
 from pathlib import Path
 from typing import Any
 
@@ -26,6 +24,7 @@ from tests.plan.test_images import (
     image_part,
     screenshot_turns,
     sha,
+    two_images_turn,
 )
 
 # `real` is the real-CLI fixture; the tests' parameters of that name are its uses (F811)
@@ -36,12 +35,7 @@ pytestmark = [pytest.mark.realcli, pytest.mark.timeout(90)]
 
 def upstream_parts(real: RealCLIs, capture: str) -> list[dict[str, Any]]:  # noqa: F811
     """The parts of the last user content gemini sent to the model API."""
-    reqs = real.model_requests()
-    assert len(reqs) == 1, [r["path"] for r in real.api.requests]
-    body = reqs[0]["body"]
-    target = os.environ.get("CLI_PROXY_CAPTURE_DIR")
-    if target:
-        Path(target, capture).write_text(json.dumps(body, indent=1) + "\n")
+    body = real.only_body(capture)
     users = [c for c in body["contents"] if c.get("role", "user") == "user"]
     return list(users[-1]["parts"])
 
@@ -60,18 +54,7 @@ def images_in_order(parts: list[dict[str, Any]]) -> list[tuple[str, bytes, str]]
 async def test_user_turn_png_and_jpeg_arrive_in_place(real: RealCLIs) -> None:  # noqa: F811
     r = await real.client.chat.completions.create(
         model=GEMINI,
-        messages=[
-            {
-                "role": "user",
-                "content": [
-                    {"type": "text", "text": "a red square:"},
-                    image_part(data_url(PNG)),  # type: ignore[list-item]
-                    {"type": "text", "text": "and a blue one:"},
-                    image_part(data_url(JPEG, "image/jpeg")),  # type: ignore[list-item]
-                    {"type": "text", "text": "colours?" + fake(answer="red and blue")},
-                ],
-            }
-        ],
+        messages=two_images_turn("red and blue"),  # type: ignore[arg-type]
     )
     assert r.choices[0].message.content == "red and blue"
     parts = upstream_parts(real, "gemini-image-user-turn.request.json")

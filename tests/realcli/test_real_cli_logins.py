@@ -13,7 +13,8 @@ from __future__ import annotations
 import asyncio
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
+from contextlib import AsyncExitStack
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from pathlib import Path
@@ -102,6 +103,78 @@ def _report(what: str, token: FakeTokenAPI, answers: list[str | Exception], live
     )
 
 
+async def _serve_run(
+    stack: AsyncExitStack,
+    serve: ServeFactory,
+    monkeypatch: pytest.MonkeyPatch,
+    run: tuple[FakeModelAPI, FakeTokenAPI, Path],
+    env: dict[str, str],
+    clear: tuple[str, ...] = (),
+    **settings: Any,
+) -> Run:
+    """The part every login fixture shares: the environment cleared of what would send a CLI
+    elsewhere, set to the fakes, and one gateway of ``CALLS`` slots served and closed with
+    ``stack``."""
+    api, token, home = run
+    for name in (*FOREIGN_ENV, *clear):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in {"HOME": str(home), **env}.items():
+        monkeypatch.setenv(name, value)
+    config = Settings(
+        **{"timeout_s": 90, "idle_timeout_s": 60, **settings},
+        kill_grace_s=1,
+        max_concurrency=CALLS,
+        warm_pool=False,
+    )
+    gateway = Gateway(config, live_backends(config))
+    stack.push_async_callback(gateway.close)
+    return Run(await serve(gateway), api, token, home)
+
+
+async def _fakes(
+    stack: AsyncExitStack, live: str, delay: float, rotate: bool = True
+) -> tuple[FakeModelAPI, FakeTokenAPI]:
+    """The model API and the token endpoint, the API taking only the tokens it issued."""
+    api = await start_fake_model_api()
+    stack.push_async_callback(api.close)
+    token = await FakeTokenAPI(live=live, delay=delay, rotate=rotate).start()
+    stack.push_async_callback(token.close)
+    api.accept_bearer = token.issued
+    return api, token
+
+
+async def _proxy(stack: AsyncExitStack, hosts: list[str], token: FakeTokenAPI) -> ConnectProxy:
+    """A CONNECT proxy sending ``hosts`` (fixed in the CLI) to the fake token endpoint."""
+    proxy = await ConnectProxy(hosts, int(token.url.rsplit(":", 1)[1])).start()
+    stack.push_async_callback(proxy.close)
+    return proxy
+
+
+async def _refreshed_once(
+    run: Run, model: str, refreshes: Callable[[], int], live: Callable[[], bool], what: str
+) -> None:
+    """``CALLS`` concurrent calls on an expired login all answer, with one refresh, no spent
+    token sent again and the user's file live; a following call needs none."""
+    answers = await _concurrent(run.client, model, CALLS)
+    is_live = live()
+    print(_report(what, run.token, answers, is_live))
+    assert all(isinstance(a, str) for a in answers), answers
+    assert refreshes() == 1, run.token.requests
+    assert run.token.spent_resent == 0
+    assert is_live
+    after = await _concurrent(run.client, model, 1)
+    assert isinstance(after[0], str), after
+    assert refreshes() == 1
+
+
+def _only_fresh_bearer(run: Run) -> None:
+    """The model API saw the fresh access token on every call."""
+    auths = {
+        v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
+    }
+    assert auths <= {f"Bearer {run.token.access}"}, auths
+
+
 # --------------------------------------------------------------------------------- codex
 
 
@@ -114,39 +187,26 @@ async def codex_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Run]:
     assert CODEX is not None
-    api = await start_fake_model_api()
-    token = await FakeTokenAPI(live="rt-0", delay=delay).start()
-    api.accept_bearer = token.issued
-    home = tmp_path / "home"
-    (home / ".codex").mkdir(parents=True)
-    now = datetime.now(UTC)
-    auth = codex_auth_json("rt-0", time.time() - 3600, _iso(now - timedelta(days=1)))
-    (home / ".codex" / "auth.json").write_text(json.dumps(auth, indent=2))
-    (home / ".codex" / "auth.json").chmod(0o600)
-    for name in FOREIGN_ENV:
-        monkeypatch.delenv(name, raising=False)
-    monkeypatch.setenv("HOME", str(home))
-    monkeypatch.setenv("CODEX_REFRESH_TOKEN_URL_OVERRIDE", token.url + "/oauth/token")
-    config = Settings(
-        backends=["codex"],
-        codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
-        pass_env=["CODEX_REFRESH_TOKEN_URL_OVERRIDE"],
-        timeout_s=90,
-        idle_timeout_s=60,
-        kill_grace_s=1,
-        max_concurrency=CALLS,
-        launcher=launcher,
-        work_root=tmp_path / "root",
-        warm_pool=False,
-    )
-    gateway = Gateway(config, live_backends(config))
-    served = await serve(gateway)
-    try:
-        yield Run(served, api, token, home)
-    finally:
-        await gateway.close()
-        await token.close()
-        await api.close()
+    async with AsyncExitStack() as stack:
+        api, token = await _fakes(stack, "rt-0", delay)
+        home = tmp_path / "home"
+        (home / ".codex").mkdir(parents=True)
+        now = datetime.now(UTC)
+        auth = codex_auth_json("rt-0", time.time() - 3600, _iso(now - timedelta(days=1)))
+        (home / ".codex" / "auth.json").write_text(json.dumps(auth, indent=2))
+        (home / ".codex" / "auth.json").chmod(0o600)
+        yield await _serve_run(
+            stack,
+            serve,
+            monkeypatch,
+            (api, token, home),
+            {"CODEX_REFRESH_TOKEN_URL_OVERRIDE": token.url + "/oauth/token"},
+            backends=["codex"],
+            codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
+            pass_env=["CODEX_REFRESH_TOKEN_URL_OVERRIDE"],
+            launcher=launcher,
+            work_root=tmp_path / "root",
+        )
 
 
 def _codex_refresh_token(home: Path) -> str:
@@ -159,21 +219,14 @@ def _codex_refresh_token(home: Path) -> str:
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_codex_expired_login_refreshed_once(codex_run: Run) -> None:
     run = codex_run
-    answers = await _concurrent(run.client, "gpt-5.5", CALLS)
-    live = _codex_refresh_token(run.home) == run.token.live
-    print(_report("codex", run.token, answers, live))
-    assert all(isinstance(a, str) for a in answers), answers
-    assert run.token.refreshes == 1
-    assert run.token.spent_resent == 0
-    assert live
-    after = await _concurrent(run.client, "gpt-5.5", 1)
-    assert isinstance(after[0], str), after
-    assert run.token.refreshes == 1
-    # the model API saw the fresh access token on every call
-    auths = {
-        v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
-    }
-    assert auths <= {f"Bearer {run.token.access}"}, auths
+    await _refreshed_once(
+        run,
+        "gpt-5.5",
+        lambda: run.token.refreshes,
+        lambda: _codex_refresh_token(run.home) == run.token.live,
+        "codex",
+    )
+    _only_fresh_bearer(run)
 
 
 # -------------------------------------------------------------------------------- claude
@@ -210,46 +263,31 @@ async def claude_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Run]:
     assert CLAUDE is not None
-    api = await start_fake_model_api()
-    token = await FakeTokenAPI(live="rt-0", delay=delay).start()
-    api.accept_bearer = token.issued
-    port = int(token.url.rsplit(":", 1)[1])
-    proxy = await ConnectProxy(CLAUDE_HOSTS, port).start()
-    home = tmp_path / "home"
-    (home / ".claude").mkdir(parents=True)
-    creds = home / ".claude" / ".credentials.json"
-    creds.write_text(json.dumps(claude_credentials("rt-0", "sk-ant-oat01-old", time.time() - 60)))
-    creds.chmod(0o600)
-    for name in FOREIGN_ENV:
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {
-        "HOME": str(home),
-        "ANTHROPIC_BASE_URL": api.url,
-        "HTTPS_PROXY": proxy.url,
-        "NO_PROXY": "127.0.0.1,localhost",
-        "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
-    }.items():
-        monkeypatch.setenv(name, value)
-    config = Settings(
-        backends=["claude"],
-        claude={"bin": str(CLAUDE)},
-        timeout_s=90,
-        idle_timeout_s=60,
-        kill_grace_s=1,
-        max_concurrency=CALLS,
-        launcher=launcher,
-        work_root=tmp_path / "root",
-        warm_pool=False,
-    )
-    gateway = Gateway(config, live_backends(config))
-    served = await serve(gateway)
-    try:
-        yield Run(served, api, token, home)
-    finally:
-        await gateway.close()
-        await proxy.close()
-        await token.close()
-        await api.close()
+    async with AsyncExitStack() as stack:
+        api, token = await _fakes(stack, "rt-0", delay)
+        proxy = await _proxy(stack, CLAUDE_HOSTS, token)
+        home = tmp_path / "home"
+        (home / ".claude").mkdir(parents=True)
+        creds = home / ".claude" / ".credentials.json"
+        old = claude_credentials("rt-0", "sk-ant-oat01-old", time.time() - 60)
+        creds.write_text(json.dumps(old))
+        creds.chmod(0o600)
+        yield await _serve_run(
+            stack,
+            serve,
+            monkeypatch,
+            (api, token, home),
+            {
+                "ANTHROPIC_BASE_URL": api.url,
+                "HTTPS_PROXY": proxy.url,
+                "NO_PROXY": "127.0.0.1,localhost",
+                "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
+            },
+            backends=["claude"],
+            claude={"bin": str(CLAUDE)},
+            launcher=launcher,
+            work_root=tmp_path / "root",
+        )
 
 
 def _claude_refresh_token(home: Path) -> str:
@@ -262,21 +300,14 @@ def _claude_refresh_token(home: Path) -> str:
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_claude_expired_login_refreshed_once(claude_run: Run) -> None:
     run = claude_run
-    answers = await _concurrent(run.client, "sonnet", CALLS)
-    live = _claude_refresh_token(run.home) == run.token.live
-    print(_report("claude", run.token, answers, live))
-    assert all(isinstance(a, str) for a in answers), answers
-    token_calls = [r for r in run.token.requests if r.path == "/v1/oauth/token"]
-    assert len(token_calls) == 1, run.token.requests
-    assert run.token.spent_resent == 0
-    assert live
-    after = await _concurrent(run.client, "sonnet", 1)
-    assert isinstance(after[0], str), after
-    assert len([r for r in run.token.requests if r.path == "/v1/oauth/token"]) == 1
-    auths = {
-        v for r in run.api.requests for k, v in r["headers"].items() if k.lower() == "authorization"
-    }
-    assert auths <= {f"Bearer {run.token.access}"}, auths
+    await _refreshed_once(
+        run,
+        "sonnet",
+        lambda: len([r for r in run.token.requests if r.path == "/v1/oauth/token"]),
+        lambda: _claude_refresh_token(run.home) == run.token.live,
+        "claude",
+    )
+    _only_fresh_bearer(run)
 
 
 # ---------------------------------------------------------------------- a login that is gone
@@ -364,62 +395,50 @@ async def gemini_run(
     monkeypatch: pytest.MonkeyPatch,
 ) -> AsyncIterator[Run]:
     assert GEMINI is not None
-    api = await start_fake_model_api()
-    # Google refresh tokens do not rotate: the same one is sent every time
-    token = await FakeTokenAPI(live="1//rt-0", delay=delay, rotate=False).start()
-    assist = await FakeCodeAssist(api.url, token.issued).start()
-    port = int(token.url.rsplit(":", 1)[1])
-    proxy = await ConnectProxy(GOOGLE_HOSTS, port).start()
-    home = tmp_path / "home"
-    gemini = home / ".gemini"
-    gemini.mkdir(parents=True)
-    (gemini / "settings.json").write_text(
-        json.dumps({"security": {"auth": {"selectedType": "oauth-personal"}}})
-    )
-    creds = {
-        "access_token": "ya29.expired",
-        "refresh_token": "1//rt-0",
-        "scope": "https://www.googleapis.com/auth/cloud-platform",
-        "token_type": "Bearer",
-        "expiry_date": int((time.time() - 60) * 1000),
-    }
-    (gemini / "oauth_creds.json").write_text(json.dumps(creds, indent=2))
-    (gemini / "oauth_creds.json").chmod(0o600)
-    (gemini / "google_accounts.json").write_text(json.dumps({"active": "user@example.com"}))
-    for name in (*FOREIGN_ENV, "GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"):
-        monkeypatch.delenv(name, raising=False)
-    for name, value in {
-        "HOME": str(home),
-        "CODE_ASSIST_ENDPOINT": assist.url,
-        "HTTPS_PROXY": proxy.url,
-        "NO_PROXY": "127.0.0.1,localhost",
-        "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
-    }.items():
-        monkeypatch.setenv(name, value)
-    config = Settings(
-        backends=["gemini"],
-        gemini={"bin": str(GEMINI)},
-        pass_env=["CODE_ASSIST_ENDPOINT"],
-        timeout_s=400,  # six gemini start-ups on a busy machine took ~100 s each
-        idle_timeout_s=300,
-        kill_grace_s=1,
-        max_concurrency=CALLS,
-        launcher=launcher,
-        work_root=tmp_path / "root",
-        warm_pool=False,
-    )
-    gateway = Gateway(config, live_backends(config))
-    served = await serve(gateway)
-    run = Run(served, api, token, home)
-    run.assist = assist  # type: ignore[attr-defined]
-    try:
+    async with AsyncExitStack() as stack:
+        # Google refresh tokens do not rotate: the same one is sent every time
+        api, token = await _fakes(stack, "1//rt-0", delay, rotate=False)
+        assist = await FakeCodeAssist(api.url, token.issued).start()
+        stack.push_async_callback(assist.close)
+        proxy = await _proxy(stack, GOOGLE_HOSTS, token)
+        home = tmp_path / "home"
+        gemini = home / ".gemini"
+        gemini.mkdir(parents=True)
+        (gemini / "settings.json").write_text(
+            json.dumps({"security": {"auth": {"selectedType": "oauth-personal"}}})
+        )
+        creds = {
+            "access_token": "ya29.expired",
+            "refresh_token": "1//rt-0",
+            "scope": "https://www.googleapis.com/auth/cloud-platform",
+            "token_type": "Bearer",
+            "expiry_date": int((time.time() - 60) * 1000),
+        }
+        (gemini / "oauth_creds.json").write_text(json.dumps(creds, indent=2))
+        (gemini / "oauth_creds.json").chmod(0o600)
+        (gemini / "google_accounts.json").write_text(json.dumps({"active": "user@example.com"}))
+        run = await _serve_run(
+            stack,
+            serve,
+            monkeypatch,
+            (api, token, home),
+            {
+                "CODE_ASSIST_ENDPOINT": assist.url,
+                "HTTPS_PROXY": proxy.url,
+                "NO_PROXY": "127.0.0.1,localhost",
+                "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
+            },
+            ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"),
+            backends=["gemini"],
+            gemini={"bin": str(GEMINI)},
+            pass_env=["CODE_ASSIST_ENDPOINT"],
+            timeout_s=400,  # six gemini start-ups on a busy machine took ~100 s each
+            idle_timeout_s=300,
+            launcher=launcher,
+            work_root=tmp_path / "root",
+        )
+        run.assist = assist  # type: ignore[attr-defined]
         yield run
-    finally:
-        await gateway.close()
-        await proxy.close()
-        await assist.close()
-        await token.close()
-        await api.close()
 
 
 @needs_gemini
@@ -428,16 +447,18 @@ async def gemini_run(
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_gemini_expired_login_refreshed_once(gemini_run: Run) -> None:
     run = gemini_run
-    answers = await _concurrent(run.client, "gemini-2.5-flash", CALLS)
-    creds = json.loads((run.home / ".gemini" / "oauth_creds.json").read_text())
-    live = creds.get("refresh_token") == run.token.live
-    print(_report("gemini", run.token, answers, live))
-    assert all(isinstance(a, str) for a in answers), answers
-    assert run.token.refreshes == 1
-    assert live and creds["access_token"] == run.token.access  # whole, with the new token
-    after = await _concurrent(run.client, "gemini-2.5-flash", 1)
-    assert isinstance(after[0], str), after
-    assert run.token.refreshes == 1
+
+    def creds() -> dict[str, Any]:
+        return dict(json.loads((run.home / ".gemini" / "oauth_creds.json").read_text()))
+
+    def live() -> bool:
+        # whole, with the new token
+        now = creds()
+        return (
+            now.get("refresh_token") == run.token.live and now["access_token"] == run.token.access
+        )
+
+    await _refreshed_once(run, "gemini-2.5-flash", lambda: run.token.refreshes, live, "gemini")
 
 
 @needs_gemini
