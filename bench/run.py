@@ -35,7 +35,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from bench.contained import contained_run  # noqa: E402
-from cli_proxy.backends.claude import ClaudeParser  # noqa: E402
+from cli_proxy.backends.claude.parser import ClaudeParser  # noqa: E402
 from cli_proxy.config import Settings  # noqa: E402
 from cli_proxy.gateway import Gateway, live_backends  # noqa: E402
 from cli_proxy.plan.prompt import build_prompt  # noqa: E402

@@ -7,9 +7,9 @@ this module is what registers the built-in backends.
 """
 
 from cli_proxy.backends.base import backend_class, names, nesting_vars, register, unregister
-from cli_proxy.backends.claude import ClaudeBackend
+from cli_proxy.backends.claude.backend import ClaudeBackend
 from cli_proxy.backends.codex.backend import CodexBackend
-from cli_proxy.backends.gemini import GeminiBackend
+from cli_proxy.backends.gemini.backend import GeminiBackend
 
 register(ClaudeBackend)
 register(GeminiBackend)

@@ -17,7 +17,7 @@ from pathlib import Path
 import pytest
 
 from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser, classify_failure
-from cli_proxy.backends.claude import ClaudeParser
+from cli_proxy.backends.claude.parser import ClaudeParser
 from cli_proxy.backends.codex.backend import (
     DISABLED_FEATURES,
     SEALED_CONFIG,

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import aiohttp
 import pytest
 
-from cli_proxy.backends.gemini import GeminiParser
+from cli_proxy.backends.gemini.parser import GeminiParser
 from cli_proxy.failures import FailureKind
 from cli_proxy.read.events import CliEvent, Failure, RateLimit
 from tests.conftest import Served, fake

@@ -17,7 +17,7 @@ import pytest
 
 from cli_proxy.backends.codex.backend import CodexBackend, CodexOptions
 from cli_proxy.backends.codex.catalog import FALLBACK_CATALOG, seal_catalog
-from cli_proxy.backends.gemini import SYSTEM_MD
+from cli_proxy.backends.gemini.backend import SYSTEM_MD
 from cli_proxy.backends.registry import backend_class
 from cli_proxy.backends.system_prompt import MINIMAL_SYSTEM_PROMPT
 from cli_proxy.gateway import Gateway, live_backends

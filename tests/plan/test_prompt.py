@@ -364,7 +364,7 @@ def test_a_continued_conversation_keeps_the_earlier_prompt_as_its_prefix(
 
 
 def test_claude_encodes_blocks_with_a_breakpoint_on_the_last_turn() -> None:
-    from cli_proxy.backends.claude import ClaudeBackend, ClaudeOptions
+    from cli_proxy.backends.claude.backend import ClaudeBackend, ClaudeOptions
 
     request = req([{"role": "user", "content": "a"}, {"role": "assistant", "content": "b"}])
     prompt = render(request)

@@ -16,12 +16,12 @@ import openai
 import pytest
 
 from cli_proxy.backends.base import classify_failure, exit_failure
-from cli_proxy.backends.claude import ClaudeParser
 from cli_proxy.backends.claude.login import claude_login
+from cli_proxy.backends.claude.parser import ClaudeParser
 from cli_proxy.backends.codex.login import codex_login
 from cli_proxy.backends.codex.parser import CodexParser
-from cli_proxy.backends.gemini import GeminiParser
 from cli_proxy.backends.gemini.login import gemini_login
+from cli_proxy.backends.gemini.parser import GeminiParser
 from cli_proxy.failures import CliFailed, FailureKind, SlotsBusy
 from cli_proxy.plan.spec import LaunchSpec, PrivateHome
 from cli_proxy.read.events import Failure

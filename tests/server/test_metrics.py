@@ -15,7 +15,7 @@ import openai
 import pytest
 from prometheus_client.parser import text_string_to_metric_families
 
-from cli_proxy.backends.claude import ClaudeParser
+from cli_proxy.backends.claude.parser import ClaudeParser
 from cli_proxy.failures import CliFailed, FailureKind
 from cli_proxy.read.events import Failure, RateLimit
 from cli_proxy.server.errors import api_error

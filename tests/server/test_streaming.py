@@ -11,7 +11,7 @@ import aiohttp
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from cli_proxy.backends.claude import ClaudeParser
+from cli_proxy.backends.claude.parser import ClaudeParser
 from cli_proxy.read.events import CliText
 from cli_proxy.read.reply import AnswerParser, accumulate
 from tests.conftest import Served, fake
