@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 import aiohttp
 from aiohttp import web
 
-from tests.fakes.loopback import serve_app
+from tests.fakes.fake_model_api import serve_app
 
 
 @dataclass

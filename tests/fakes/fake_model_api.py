@@ -110,8 +110,6 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback import serve_app
-
 MARKER = "@@fake "
 JSON_DEFAULT = '{"tool_call":null,"response":"ok"}'
 TEXT_DEFAULT = "Hi! How can I help you today?"
@@ -1106,6 +1104,17 @@ class FakeModelAPI:
         app.router.add_route("HEAD", "/", self.probe)
         app.router.add_route("*", "/{tail:.*}", self.unknown)
         return app
+
+
+async def serve_app(
+    app: web.Application, host: str = "127.0.0.1", port: int = 0
+) -> tuple[web.AppRunner, str]:
+    """Start ``app`` on ``host:port`` (0: any free port): the runner (to clean up) and the URL.
+    The one start every fake API shares (here, because this module also runs as a script)."""
+    runner = web.AppRunner(app, access_log=None)
+    await runner.setup()
+    await web.TCPSite(runner, host, port).start()
+    return runner, f"http://{host}:{runner.addresses[0][1]}"
 
 
 async def start_fake_model_api(

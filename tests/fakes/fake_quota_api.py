@@ -22,8 +22,7 @@ from typing import Any
 from aiohttp import web
 
 from tests.fakes.fake_code_assist import FakeCodeAssist
-from tests.fakes.fake_model_api import FakeModelAPI
-from tests.fakes.loopback import serve_app
+from tests.fakes.fake_model_api import FakeModelAPI, serve_app
 
 MODEL_PATHS = ("/v1/messages", "/v1/responses", "Content")
 USAGE_PATHS = ("/api/codex/usage", "/backend-api/wham/usage")

@@ -31,7 +31,7 @@ from typing import Any
 
 from aiohttp import web
 
-from tests.fakes.loopback import serve_app
+from tests.fakes.fake_model_api import serve_app
 
 
 def jwt(claims: dict[str, Any]) -> str:
