@@ -132,14 +132,17 @@ async def _serve_run(
 
 
 async def _fakes(
-    stack: AsyncExitStack, live: str, delay: float, rotate: bool = True
+    stack: AsyncExitStack, live: str, delay: float, google: bool = False
 ) -> tuple[FakeModelAPI, FakeTokenAPI]:
-    """The model API and the token endpoint, the API taking only the tokens it issued."""
+    """The model API and the token endpoint. The API takes only the tokens the endpoint
+    issued, but for ``google``: Code Assist (which checks them) stands in front of it, and
+    Google refresh tokens do not rotate (the same one is sent every time)."""
     api = await start_fake_model_api()
     stack.push_async_callback(api.close)
-    token = await FakeTokenAPI(live=live, delay=delay, rotate=rotate).start()
+    token = await FakeTokenAPI(live=live, delay=delay, rotate=not google).start()
     stack.push_async_callback(token.close)
-    api.accept_bearer = token.issued
+    if not google:
+        api.accept_bearer = token.issued
     return api, token
 
 
@@ -396,8 +399,7 @@ async def gemini_run(
 ) -> AsyncIterator[Run]:
     assert GEMINI is not None
     async with AsyncExitStack() as stack:
-        # Google refresh tokens do not rotate: the same one is sent every time
-        api, token = await _fakes(stack, "1//rt-0", delay, rotate=False)
+        api, token = await _fakes(stack, "1//rt-0", delay, google=True)
         assist = await FakeCodeAssist(api.url, token.issued).start()
         stack.push_async_callback(assist.close)
         proxy = await _proxy(stack, GOOGLE_HOSTS, token)
