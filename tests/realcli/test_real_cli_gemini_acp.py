@@ -225,3 +225,34 @@ async def test_a_daily_quota_is_a_429_until_midnight_pacific(
         assert len(calls) == 1  # one attempt (maxAttempts 1): nothing retried
     finally:
         await api.close()
+
+
+async def test_a_spare_is_one_node_process(real: RealCLIs) -> None:  # noqa: F811
+    """``GEMINI_CLI_NO_RELAUNCH``: the gemini a call gets is one node process (0.61.0 otherwise
+    starts a second one with a larger heap and runs in that, twice the start's CPU). Checked
+    on a warm spare, the process a call is handed, and the call it then serves answers."""
+    import asyncio
+
+    import psutil
+
+    pool = real.served.gateway.pool
+    assert pool is not None
+    first = await real.client.chat.completions.create(
+        model=GEMINI, messages=[{"role": "user", "content": "one" + fake(answer="cold")}]
+    )
+    assert first.choices[0].message.content == "cold"
+    for _ in range(400):  # a spare follows the call; its start takes seconds on a busy machine
+        if pool.status()["ready"].get("gemini"):  # type: ignore[attr-defined]
+            break
+        await asyncio.sleep(0.05)
+    (spares,) = [s for spec, s in pool._spares.items() if spec.backend == "gemini"]
+    (spare,) = spares
+    tree = [psutil.Process(spare.proc.pid)]
+    tree += tree[0].children(recursive=True)
+    nodes = [p for p in tree if p.name() == "node"]  # bwrap's own two processes aside
+    assert len(nodes) == 1, [p.cmdline() for p in tree]
+    assert ("GEMINI_CLI_NO_RELAUNCH", "true") in spare.spec.env
+    warm = await real.client.chat.completions.create(
+        model=GEMINI, messages=[{"role": "user", "content": "two" + fake(answer="warm")}]
+    )
+    assert warm.choices[0].message.content == "warm"

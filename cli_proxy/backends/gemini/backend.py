@@ -111,6 +111,11 @@ class GeminiBackend(Backend):
         # a login that needs a new consent never opens a browser or a callback port on the
         # gateway host: it prints its URL on stdout, the sign the parser reads
         env["NO_BROWSER"] = "true"
+        # gemini.js otherwise starts a second node process with a larger heap and runs in it:
+        # one process instead of two halves a start's time and CPU (3.25 -> 1.8 s for
+        # `gemini --version` on 0.61.0, docs/performance.md); a one-call process needs no
+        # heap beyond node's default (tests/data/real-cli/gemini-0.61.0-no-relaunch.md)
+        env["GEMINI_CLI_NO_RELAUNCH"] = "true"
         return self.system_prompt_env(env)
 
     def workdir_files(self, launch: LaunchOptions) -> tuple[tuple[str, bytes], ...]:
