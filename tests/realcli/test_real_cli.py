@@ -29,6 +29,7 @@ from tests.fakes.fake_model_api import (
     gemini_texts,
     start_fake_model_api,
 )
+from tests.run.test_reliability import wait_until
 from tests.server.test_chat import CALL, WEATHER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -297,10 +298,8 @@ async def test_warm_call_answers(real: RealCLIs, model: str) -> None:
     )
     assert cold.choices[0].message.content == "cold answer"
     backend = model.split("-")[0]
-    for _ in range(200):  # the spare needs the CLI's start-up time
-        if pool.status()["ready"].get(backend):  # type: ignore[attr-defined]
-            break
-        await asyncio.sleep(0.05)
+    # the spare needs the CLI's start-up time
+    await wait_until(lambda: pool.status()["ready"].get(backend), 60, "a spare")  # type: ignore[attr-defined]
     await asyncio.sleep(3 if backend == "gemini" else 0.5)  # idle a while: it must keep waiting
     warm = await real.client.chat.completions.create(
         model=model, messages=user("PROMPT_TWO_9c4" + fake(answer="warm answer"))

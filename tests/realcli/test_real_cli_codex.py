@@ -33,6 +33,7 @@ from tests.fakes.fake_quota_api import QuotaModelAPI
 from tests.fakes.fake_token_api import FakeTokenAPI, codex_auth_json
 from tests.plan.test_images import JPEG, PNG, data_url, image_part
 from tests.realcli.test_real_cli import real_cli_dir
+from tests.run.test_reliability import wait_until
 from tests.run.test_sealed_processes import LAUNCHERS
 from tests.server.test_chat import TIME, WEATHER
 
@@ -497,10 +498,7 @@ async def test_warm_call_answers(
             model=MODEL, messages=user("PROMPT_ONE_5b1" + fake(answer="cold answer"))
         )
         assert cold.choices[0].message.content == "cold answer"
-        for _ in range(200):
-            if pool.status()["ready"].get("codex"):  # type: ignore[attr-defined]
-                break
-            await asyncio.sleep(0.05)
+        await wait_until(lambda: pool.status()["ready"].get("codex"), 60, "a codex spare")  # type: ignore[attr-defined]
         await asyncio.sleep(3)  # idle a while: it must keep waiting
         warm = await c.client.chat.completions.create(
             model=MODEL, messages=user("PROMPT_TWO_9c4" + fake(answer="warm answer"))

@@ -29,6 +29,7 @@ from tests.plan.test_images import (
 
 # `real` is the real-CLI fixture; the tests' parameters of that name are its uses (F811)
 from tests.realcli.test_real_cli import GEMINI, RealCLIs, real  # noqa: F401
+from tests.run.test_reliability import wait_until
 
 pytestmark = [pytest.mark.realcli, pytest.mark.timeout(90)]
 
@@ -231,7 +232,6 @@ async def test_a_spare_is_one_node_process(real: RealCLIs) -> None:  # noqa: F81
     """``GEMINI_CLI_NO_RELAUNCH``: the gemini a call gets is one node process (0.61.0 otherwise
     starts a second one with a larger heap and runs in that, twice the start's CPU). Checked
     on a warm spare, the process a call is handed, and the call it then serves answers."""
-    import asyncio
 
     import psutil
 
@@ -241,10 +241,8 @@ async def test_a_spare_is_one_node_process(real: RealCLIs) -> None:  # noqa: F81
         model=GEMINI, messages=[{"role": "user", "content": "one" + fake(answer="cold")}]
     )
     assert first.choices[0].message.content == "cold"
-    for _ in range(400):  # a spare follows the call; its start takes seconds on a busy machine
-        if pool.status()["ready"].get("gemini"):  # type: ignore[attr-defined]
-            break
-        await asyncio.sleep(0.05)
+    # a spare follows the call; its start takes seconds on a busy machine
+    await wait_until(lambda: pool.status()["ready"].get("gemini"), 60, "a gemini spare")  # type: ignore[attr-defined]
     (spares,) = [s for spec, s in pool._spares.items() if spec.backend == "gemini"]
     (spare,) = spares
     tree = [psutil.Process(spare.proc.pid)]

@@ -12,7 +12,6 @@ holds the captures of the pinned versions).
 
 from __future__ import annotations
 
-import asyncio
 import json
 import os
 from collections.abc import AsyncIterator, Callable
@@ -28,6 +27,7 @@ from cli_proxy.protocol import ChatCompletionRequest
 from tests.conftest import Served, ServeFactory
 from tests.fakes.fake_model_api import FakeModelAPI, start_fake_model_api, text_pieces
 from tests.realcli.test_real_cli import point_clis_at, real_cli_dir
+from tests.run.test_reliability import wait_until
 
 DIR = real_cli_dir(("claude", "gemini", "codex"))
 
@@ -176,10 +176,7 @@ async def test_a_warm_spare_sends_what_a_cold_process_sends(start: Start, backen
     assert pool is not None
     messages = [{"role": "user", "content": "say hi"}]
     await up.served.client.chat.completions.create(model=MODELS[backend], messages=messages)
-    for _ in range(400):
-        if pool.status()["ready"].get(backend):  # type: ignore[attr-defined]
-            break
-        await asyncio.sleep(0.05)
+    await wait_until(lambda: pool.status()["ready"].get(backend), 60, "a spare")  # type: ignore[attr-defined]
     await up.served.client.chat.completions.create(model=MODELS[backend], messages=messages)
     assert pool.status()["served_warm"] == 1  # type: ignore[attr-defined]
     cold, warm = up.requests()
