@@ -135,23 +135,11 @@ class ClaudeParser(StreamParser):
         blocks = message.get("content")
         events: list[CliEvent] = []
         if not self._thought_streamed:  # thinking not seen as deltas: the whole blocks
-            thought = "".join(
-                block["thinking"]
-                for block in (blocks if isinstance(blocks, list) else [])
-                if isinstance(block, dict)
-                and block.get("type") == "thinking"
-                and isinstance(block.get("thinking"), str)
-            )
+            thought = _joined(blocks, "thinking")
             if thought:
                 events.append(CliThinking(thought))
         self._thought_streamed = False
-        text = "".join(
-            block["text"]
-            for block in (blocks if isinstance(blocks, list) else [])
-            if isinstance(block, dict)
-            and block.get("type") == "text"
-            and isinstance(block.get("text"), str)
-        )
+        text = _joined(blocks, "text")
         # The whole message repeats what the deltas carried. After a mid-stream API error
         # the CLI re-asks without streaming: only text beyond what was streamed is new.
         if streamed:
@@ -204,6 +192,17 @@ class ClaudeParser(StreamParser):
         if not self._text_seen:
             return [empty_answer("claude")]
         return []
+
+
+def _joined(blocks: object, kind: str) -> str:
+    """The ``kind`` field of every content block of that type (``text``, ``thinking``), joined."""
+    return "".join(
+        block[kind]
+        for block in (blocks if isinstance(blocks, list) else [])
+        if isinstance(block, dict)
+        and block.get("type") == kind
+        and isinstance(block.get(kind), str)
+    )
 
 
 def _usage(obj: dict[str, Any]) -> UsageReport | None:
