@@ -11,11 +11,11 @@ reasoning-summary delta notification per delta (over stream-json and exec --json
 they used before, both printed nothing until the answer). The call completes in every case:
 the idle limit also counts the bytes the CLI reads (``CliRun._received``), which is what
 carries claude through a model that sends only pings.
-Every stdout line the CLI printed is kept with its time (a ``LineSink``), and
-what it printed meanwhile is written to ``tests/data/real-cli/thinking-<case>.json``, the
-capture of the fact the idle limit relies on. Each backend's mode is the one the gateway runs
-(claude stream-json, gemini ACP, codex app-server); when a backend moves to another channel,
-the case table below is all that changes.
+Every stdout line the CLI printed is kept with its time (a ``LineSink``) and shown when an
+assertion fails; with ``CLI_PROXY_CAPTURE_DIR`` set (how tests/data/real-cli/ is refreshed) it
+is written there as ``thinking-<case>.json``, the capture of the fact the idle limit relies
+on. Each backend's mode is the one the gateway runs (claude stream-json, gemini ACP, codex
+app-server); when a backend moves to another channel, the case table below is all that changes.
 """
 
 from __future__ import annotations
@@ -41,7 +41,6 @@ from tests.fakes.fake_model_api import start_fake_model_api
 from tests.realcli.test_real_cli import point_clis_at, real_cli_dir
 
 CLI_DIR = real_cli_dir(("claude", "gemini", "codex"))
-OUT = Path(__file__).resolve().parents[1] / "data" / "real-cli"
 THINK_S = 20.0
 IDLE_S = 8.0
 
@@ -168,13 +167,14 @@ async def test_cli_output_while_the_model_thinks(
         "longest_silence_s": round(max(gaps, default=0.0), 3),
         "stdout_lines": printed,
     }
-    OUT.mkdir(parents=True, exist_ok=True)
-    # the committed capture is the pinned CLIs'; other versions (CLIS=latest) get their own
-    # file beside it instead of overwriting it
-    pins = pinned_clis()
-    pinned = "_".join(f"{n}-{pins[n].version}" for n in ("claude", "gemini", "codex"))
-    suffix = "" if capture["versions"] == pinned else f"-{capture['versions']}"
-    (OUT / f"thinking-{name}{suffix}.json").write_text(json.dumps(capture, indent=1) + "\n")
+    target = os.environ.get("CLI_PROXY_CAPTURE_DIR")
+    if target:  # the pinned CLIs' capture keeps its name; other versions get their own file
+        pins = pinned_clis()
+        pinned = "_".join(f"{n}-{pins[n].version}" for n in ("claude", "gemini", "codex"))
+        suffix = "" if capture["versions"] == pinned else f"-{capture['versions']}"
+        Path(target, f"thinking-{name}{suffix}.json").write_text(
+            json.dumps(capture, indent=1) + "\n"
+        )
     # silence, not length, ends a call: printed thoughts, or unprinted bytes arriving
     assert not isinstance(outcome, Exception), capture
     assert outcome.choices[0].message.content == "Done thinking."
