@@ -163,12 +163,3 @@ def new_parser(backend: str) -> StreamParser:
         {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     )
     return backend_class(backend).with_defaults().new_parser(render(req), req)
-
-
-def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """With ``-n`` (pytest-xdist, ``--dist loadgroup``): the real-CLI tests run one after
-    another on one worker (each starts Node CLIs that want a core, and several assert on
-    their timing), every other test on the workers beside them."""
-    for item in items:
-        if item.get_closest_marker("realcli") is not None:
-            item.add_marker(pytest.mark.xdist_group("realcli"))
