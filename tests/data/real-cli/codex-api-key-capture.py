@@ -36,8 +36,8 @@ sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.codex.backend import CodexBackend  # noqa: E402
-from cli_proxy.images import ImageLimits, extract  # noqa: E402
-from cli_proxy.prompt import PromptOptions, render  # noqa: E402
+from cli_proxy.plan.images import ImageLimits, extract  # noqa: E402
+from cli_proxy.plan.prompt import PromptOptions, render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 from tests.fakes.fake_token_api import FakeTokenAPI, codex_auth_json  # noqa: E402

@@ -32,7 +32,7 @@ sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.base import LaunchOptions  # noqa: E402
 from cli_proxy.backends.gemini.backend import GeminiBackend, GeminiOptions  # noqa: E402
-from cli_proxy.prompt import render  # noqa: E402
+from cli_proxy.plan.prompt import render  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
 from tests.fakes.fake_connect_proxy import ConnectProxy  # noqa: E402
 from tests.fakes.fake_quota_api import QuotaCodeAssist, QuotaModelAPI  # noqa: E402
