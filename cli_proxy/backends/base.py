@@ -297,6 +297,7 @@ _LOGIN_GONE = re.compile(
 tests/data/real-cli/*-refresh-*). A rejected API key stays ``_AUTH``."""
 _AUTH = re.compile(
     r"\b401\b|\b403\b|unauthori[sz]ed|unauthenticated|authentication|invalid (?:x-)?api.?key|"
+    r"api.?key not valid|api_key_invalid|"
     r"not logged in|please run /login|log ?in again|invalid auth|permission denied|credential",
     re.I,
 )
@@ -373,8 +374,8 @@ def kind_for_status(upstream: int, classified: FailureKind) -> FailureKind:
         return FailureKind.RATE_LIMITED
     if upstream in (503, 529):
         return FailureKind.OVERLOADED
-    if upstream in (400, 413):
-        keep = (FailureKind.CONTEXT_LENGTH, FailureKind.BILLING)
+    if upstream in (400, 413):  # Google refuses an API key with a 400 (API_KEY_INVALID)
+        keep = (FailureKind.CONTEXT_LENGTH, FailureKind.BILLING, FailureKind.AUTH)
         return classified if classified in keep else FailureKind.BAD_REQUEST
     return FailureKind.CLI_ERROR
 

@@ -102,6 +102,9 @@ def test_a_running_cli_tool_ends_the_call() -> None:
     assert events[0].kind is FailureKind.INVALID_ANSWER  # type: ignore[union-attr]
 
 
+BAD_REQUEST = FailureKind.BAD_REQUEST
+
+
 @pytest.mark.parametrize(
     ("error", "kind", "retry"),
     [
@@ -110,6 +113,12 @@ def test_a_running_cli_tool_ends_the_call() -> None:
             FailureKind.AUTH,
             None,
         ),
+        (  # Google refuses a key with a 400 (capture: gemini-0.61.0-quota-apikey-400-key-invalid)
+            {"code": 400, "message": "API key not valid. Please pass a valid API key."},
+            FailureKind.AUTH,
+            None,
+        ),
+        ({"code": 400, "message": "Request contains an invalid argument."}, BAD_REQUEST, None),
         ({"code": 429, "message": "quota. Please retry in 7s."}, FailureKind.RATE_LIMITED, 7.0),
         ({"code": 503, "message": "The model is overloaded."}, FailureKind.OVERLOADED, None),
         ({"code": 500, "message": "models/gemini-9 is not found"}, FailureKind.BAD_REQUEST, None),

@@ -134,3 +134,14 @@ async def test_a_daily_quota_429_then_an_answer_through_the_gateway(served: Serv
         "resets_at": None,
         "window_minutes": None,
     }
+
+
+def test_a_key_the_api_does_not_know_is_an_auth_failure() -> None:
+    """The Gemini API refuses an unknown key with a 400 (``API_KEY_INVALID``), which gemini
+    passes on as a JSON-RPC error of code 400: the gateway's key was refused (AUTH, as on the
+    other backends), not the client's request (BAD_REQUEST)."""
+    events = replay("apikey-400-key-invalid")
+    (failure,) = [e for e in events if isinstance(e, Failure)]
+    assert failure.kind is FailureKind.AUTH
+    assert failure.message == "API key not valid. Please pass a valid API key."
+    assert not [e for e in events if isinstance(e, RateLimit)]

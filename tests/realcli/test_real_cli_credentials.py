@@ -15,6 +15,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+import openai
 import pytest
 
 from cli_proxy.config import Settings
@@ -29,6 +30,8 @@ from tests.realcli.test_real_cli import (
     GEMINI_KEY,
     point_clis_at,
 )
+from tests.realcli.test_real_cli_codex import CODEX
+from tests.realcli.test_real_cli_codex import FOREIGN_ENV as CODEX_FOREIGN_ENV
 
 # the login fixtures; the tests' parameters of these names are their uses (F811)
 from tests.realcli.test_real_cli_logins import (  # noqa: F401
@@ -156,3 +159,57 @@ async def test_google_login_reaches_code_assist(gemini_run: Run) -> None:  # noq
     assist = run.assist  # type: ignore[attr-defined]
     assert any(p.endswith(":streamGenerateContent") for p in assist.paths), assist.paths
     assert set(assist.bearers) == {run.token.access}, assist.bearers
+
+
+# The gateway's API key for each backend, as the environment names it.
+KEY_ENV = {"claude": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY", "codex": "CODEX_API_KEY"}
+
+
+@pytest.mark.parametrize(
+    "backend",
+    [
+        "claude",
+        "gemini",
+        pytest.param(
+            "codex", marks=pytest.mark.skipif(CODEX is None, reason="real codex not found")
+        ),
+    ],
+)
+async def test_a_refused_api_key_is_the_same_error_on_every_backend(
+    backend: str, serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The provider refuses the gateway's API key with its own error (Anthropic 401
+    ``authentication_error``, Google 400 ``API_KEY_INVALID``, OpenAI 401 ``invalid_api_key``):
+    every backend's client gets the same ``cli_auth_failed`` error, not a 400 that blames its
+    request (gemini's refusal is a 400 upstream) and not a retry."""
+    assert CLI_DIR is not None
+    api = await start_fake_model_api(openai_key=f"sk-proj-{backend}-right")
+    point_clis_at(api, tmp_path / "home", monkeypatch)
+    for name in CODEX_FOREIGN_ENV:
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv(KEY_ENV[backend], "wrong-key")
+    settings = Settings(
+        backends=[backend],
+        claude={"bin": str(CLI_DIR / "claude")},
+        gemini={"bin": str(CLI_DIR / "gemini")},
+        codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
+        timeout_s=90,
+        idle_timeout_s=60,
+        kill_grace_s=1,
+        launcher="pdeathsig",
+        work_root=tmp_path / "root",
+        warm_pool=False,
+    )
+    try:
+        served = await serve(Gateway(settings, live_backends(settings)))
+        with pytest.raises(openai.AuthenticationError) as info:
+            await served.client.chat.completions.create(
+                model={**MODELS, "codex": "gpt-5.5"}[backend],
+                messages=[{"role": "user", "content": "say hi" + fake(answer="never")}],
+            )
+        error = info.value.body
+        assert isinstance(error, dict) and error["code"] == "cli_auth_failed", error
+        sent = api.credentials()  # the key did reach the provider, which refused it
+        assert any("wrong-key" in value for seen in sent for value in seen.values()), sent
+    finally:
+        await api.close()

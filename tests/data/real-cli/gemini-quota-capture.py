@@ -9,7 +9,8 @@ gets its ``encode_prompt`` (initialize, session/new) and then whatever its parse
 CONNECT proxy at tests/fakes/fake_token_api.py) against the fake Code Assist API
 (tests/fakes/fake_quota_api.py: ``retrieveUserQuota`` answers ``QUOTA``, ``loadCodeAssist`` adds
 ``LOAD``). ``apikey-*``: ``GEMINI_API_KEY`` against the fake Gemini API. ``*-429-*``: every
-model call answers that 429 body. In ``oauth-slow-call`` the model answers after 31 s (the
+model call answers that 429 body; ``apikey-400-key-invalid`` the 400 of a key the API does
+not know. In ``oauth-slow-call`` the model answers after 31 s (the
 CLI re-reads the quota after a call when its copy is older than 30 s). Writes
 ``gemini-0.61.0-quota-CASE.{stdout.jsonl,stderr.txt,rc,calls.json}`` (calls: every Code
 Assist / Gemini API call in order, with seconds since spawn and the quota bodies; CONNECTs).
@@ -95,9 +96,33 @@ def error_info(reason: str, **metadata: str) -> dict[str, Any]:
     }
 
 
+KEY_INVALID = "API key not valid. Please pass a valid API key."
+KEY_REFUSED = (  # what the Gemini API answers a key it does not know
+    400,
+    {
+        "error": {
+            "code": 400,
+            "message": KEY_INVALID,
+            "status": "INVALID_ARGUMENT",
+            "details": [
+                {
+                    "@type": "type.googleapis.com/google.rpc.ErrorInfo",
+                    "reason": "API_KEY_INVALID",
+                    "domain": "googleapis.com",
+                    "metadata": {"service": "generativelanguage.googleapis.com"},
+                },
+                {
+                    "@type": "type.googleapis.com/google.rpc.LocalizedMessage",
+                    "locale": "en-US",
+                    "message": KEY_INVALID,
+                },
+            ],
+        }
+    },
+)
 API_QUOTA = "You exceeded your current quota, please check your plan and billing details."
 CAPACITY = "You have exhausted your capacity on this model. Your quota will reset after 2h30m0s."
-CASES: dict[str, tuple[str, Any]] = {  # case -> (login, 429 answered to every model call)
+CASES: dict[str, tuple[str, Any]] = {  # case -> (login, error answered to every model call)
     "oauth-text": ("oauth", None),
     "oauth-slow-call": ("oauth", None),
     "oauth-429-quota-exhausted": (
@@ -135,6 +160,7 @@ CASES: dict[str, tuple[str, Any]] = {  # case -> (login, 429 answered to every m
             retry("20000s"),
         ),
     ),
+    "apikey-400-key-invalid": ("apikey", KEY_REFUSED),
 }
 
 
