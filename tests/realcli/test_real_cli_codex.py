@@ -419,6 +419,44 @@ async def test_api_key_is_sent_as_the_bearer_key(
         await api.close()
 
 
+def files_holding(root: Path, secret: bytes) -> set[str]:
+    """The files under ``root`` (symlinks not followed) whose bytes hold ``secret``."""
+    found = set()
+    for path in root.rglob("*"):
+        try:
+            if path.is_file() and not path.is_symlink() and secret in path.read_bytes():
+                found.add(str(path.relative_to(root)))
+        except OSError:  # a file the CLI removed meanwhile
+            pass
+    return found
+
+
+@pytest.mark.parametrize("launcher", LAUNCHERS)
+async def test_the_api_key_is_on_no_disk_while_the_call_runs(
+    launcher: str, serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """While a call runs (the model answers after 4 s), no file under HOME or the work root
+    holds CODEX_API_KEY: codex's shell snapshot (a ``declare -x`` of its whole environment in
+    ``shell_snapshots/``, for the shell tool it never gets here) is off."""
+    key = "sk-proj-" + secrets.token_hex(16)
+    c, api = await start(serve, tmp_path, monkeypatch, launcher=launcher, key=key)
+    try:
+        call = asyncio.create_task(
+            c.client.chat.completions.create(
+                model=MODEL, messages=user("say hi" + fake(answer="Hi.", initial_delay=4))
+            )
+        )
+        seen: set[str] = set()
+        while not call.done():
+            seen |= files_holding(tmp_path, key.encode())
+            await asyncio.sleep(0.2)
+        assert (await call).choices[0].message.content == "Hi."
+        assert authorizations(api) == [f"Bearer {key}"]
+        assert not seen, seen
+    finally:
+        await api.close()
+
+
 def chatgpt_login(home: Path, expires_at: float) -> dict[str, Any]:
     """A ChatGPT login in ``home/.codex/auth.json``, refreshed a day ago."""
     last = time.strftime("%Y-%m-%dT%H:%M:%S.000000Z", time.gmtime(time.time() - 86400))

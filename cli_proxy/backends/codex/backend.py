@@ -62,9 +62,12 @@ API_BASE_URL = "https://api.openai.com/v1"
 
 # Features whose tools or context must stay off. shell_tool and unified_exec matter for
 # models missing from the catalog (they get fallback metadata); multi_agent, view_image and
-# goals drop tools of every model; the rest are defence in depth against future defaults.
+# goals drop tools of every model; shell_snapshot ran the user's shell at each start and wrote
+# its whole environment, CODEX_API_KEY included, to the private home's shell_snapshots/ for a
+# shell tool that is never offered; the rest are defence in depth against future defaults.
 DISABLED_FEATURES = (
     "code_mode_host",
+    "shell_snapshot",
     "multi_agent",
     "sleep_tool",
     "shell_tool",
