@@ -77,6 +77,9 @@ class CliRun:
         self._read_chars: int | None = None  # bytes the tree has read (a silent CLI's pulse)
         self._tasks: list[asyncio.Task[None]] = []
         self._watcher: asyncio.Task[None] | None = None
+        # the kill and reap of its tree once begun (``close``): a supervisor shutting down
+        # waits for it, even when the call that began it was cancelled meanwhile
+        self.ending: asyncio.Task[None] | None = None
         self._stdin_queue: asyncio.Queue[bytes | None] = asyncio.Queue()
         self._stdin_closed = False
 
@@ -256,16 +259,26 @@ class CliRun:
             task.cancel()
         await asyncio.gather(*self._tasks, return_exceptions=True)
 
+    async def _end(self) -> None:
+        if self.proc.returncode is None:
+            await self.kill()
+        else:
+            await sweep_group(self.proc.pid, self.limits.kill_grace_s)
+        if self.proc.returncode is not None:  # reaped: nothing more is read or written
+            _close_pipes(self.proc)
+
     async def close(self) -> None:
         """Always called: kills a still-running tree and reaps it, or the leftovers of a
-        finished one."""
+        finished one, then closes our ends of its pipes. A pipe whose reading was paused (a
+        client that stopped reading) never sees its end of file: left open, its transport
+        outlived the call and was closed by the garbage collector, on a loop that may be gone
+        (CPython 3.11.7 then failed the next ``ast.parse`` of the thread: pytest crashed)."""
         try:
-            if self.proc.returncode is None:
-                if self.stats.killed is None:
-                    self.stats.killed = "cancelled"
-                await asyncio.shield(self.kill())
-            else:
-                await asyncio.shield(sweep_group(self.proc.pid, self.limits.kill_grace_s))
+            if self.proc.returncode is None and self.stats.killed is None:
+                self.stats.killed = "cancelled"
+            if self.ending is None:  # one end, whoever asks (the call, or a shutdown)
+                self.ending = asyncio.ensure_future(self._end())
+            await asyncio.shield(self.ending)  # whole even if this call is cancelled again
         finally:
             if self._watcher is not None:
                 self._watcher.cancel()

@@ -258,10 +258,19 @@ class Supervisor:
             if slot.start is not None:
                 slot.start.release()
             if slot.run is not None:
-                self._running.discard(slot.run)
+                self._forget(slot.run)
             if slot.has_process:
                 self._procs -= 1
             self._release(backend)
+
+    def _forget(self, run: CliRun) -> None:
+        """A call is over; its run stays listed until its tree is reaped (a call cancelled
+        while its tree was being killed leaves that kill running): shutdown waits for it."""
+        ending = run.ending
+        if ending is None or ending.done():
+            self._running.discard(run)
+        else:
+            ending.add_done_callback(lambda _: self._running.discard(run))
 
     def _release(self, backend: str) -> None:
         self._calls[backend] -= 1
@@ -338,5 +347,6 @@ class Supervisor:
         self._refuse_queued()
         runs = list(self._running)
         for r in runs:
-            r.stats.killed = "shutdown"
-        await asyncio.gather(*(r.kill() for r in runs), return_exceptions=True)
+            if r.ending is None:
+                r.stats.killed = "shutdown"
+        await asyncio.gather(*(r.close() for r in runs), return_exceptions=True)
