@@ -99,7 +99,7 @@ def tree_memory(procs: list[psutil.Process]) -> dict[str, float]:
 # ------------------------------------------------------------------ 1. sizes
 
 
-MODEL_PATH = {"claude": "/v1/messages", "gemini": "generateContent", "codex": "/v1/responses"}
+MODEL_PATH = {"claude": "/v1/messages", "gemini": "GenerateContent", "codex": "/v1/responses"}
 
 
 async def settled_spares(pool: Any) -> list[Any]:

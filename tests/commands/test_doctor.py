@@ -97,8 +97,8 @@ def test_ready(tmp_path: Path) -> None:
     assert re.match(r"gemini +ready .*login: \$GEMINI_API_KEY set$", lines["gemini"])
     assert re.match(r"codex +no login ", lines["codex"])
     assert lines["result"].endswith("2 of 3 backends can serve: claude, gemini")
-    # the warm pool's worst case: 4 spares of the biggest ready CLI (gemini, ~350 MiB)
-    assert "at most ~1400 MiB RSS" in lines["warm"]
+    # the warm pool's worst case: 4 spares of the biggest ready CLI (gemini, ~210 MiB)
+    assert "at most ~840 MiB RSS" in lines["warm"]
     assert SECRET not in out
 
 
@@ -202,9 +202,9 @@ def test_capacity_line_says_the_bounds_in_force(tmp_path: Path) -> None:
     """The bounds the gateway would apply here: derived from the memory by default, the
     setting when one is given, and an upstream account's cap."""
     _, _, lines = doctor(tmp_path, CLI_PROXY_CLI_MEMORY_BUDGET_MIB="2000")
-    # 2000 MiB over the largest enabled CLI (gemini, 400 MiB): 5
+    # 2000 MiB over the largest enabled CLI (gemini, 300 MiB): 6
     assert re.match(
-        r"capacity +5 CLI processes at once, calls and spares \(from 2000 MiB", lines["capacity"]
+        r"capacity +6 CLI processes at once, calls and spares \(from 2000 MiB", lines["capacity"]
     )
     _, _, lines = doctor(
         tmp_path, CLI_PROXY_MAX_CONCURRENCY="3", CLI_PROXY_CLAUDE__MAX_CONCURRENCY="2"

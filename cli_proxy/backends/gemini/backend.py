@@ -77,8 +77,10 @@ class GeminiBackend(Backend):
     options_model = GeminiOptions
     model_prefixes = ("gemini-",)
     home_paths = (".gemini",)
-    resident_mib = 400  # measured: 355 MiB at rest (bench/capacity.py)
-    at_rest_mib = 350
+    # measured in one node process (GEMINI_CLI_NO_RELAUNCH; bench/capacity.py, 2026-11-28):
+    # 212 MiB RSS at rest and mid-call, 199 peak for `gemini --version` alone
+    resident_mib = 300
+    at_rest_mib = 210
     login_files = (".gemini/oauth_creds.json",)
     login_vars = ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_APPLICATION_CREDENTIALS")
     login_how = "run `gemini` once and log in, or set GEMINI_API_KEY"
