@@ -14,6 +14,7 @@ fake token endpoint, so the credential sent is the access token it issued).
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Any
 
 import openai
 import pytest
@@ -21,7 +22,7 @@ import pytest
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from tests.conftest import ServeFactory, fake
-from tests.fakes.fake_model_api import start_fake_model_api
+from tests.fakes.fake_model_api import FakeModelAPI, start_fake_model_api
 from tests.realcli.test_real_cli import (
     ANTHROPIC_KEY,
     CLAUDE,
@@ -55,6 +56,20 @@ KEY_SENT = {"claude": {"x-api-key": ANTHROPIC_KEY}, "gemini": {"x-goog-api-key":
 MODEL_PATHS = {"claude": "/v1/messages", "gemini": ":streamGenerateContent"}
 
 
+def one_real_backend(backend: str, api: FakeModelAPI, **settings: Any) -> Settings:
+    """Settings that serve only ``backend``, from the real binaries (codex's model API:
+    ``api``), with a 1 s kill grace."""
+    assert CLI_DIR is not None
+    return Settings(
+        backends=[backend],
+        claude={"bin": str(CLI_DIR / "claude")},
+        gemini={"bin": str(CLI_DIR / "gemini")},
+        codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
+        kill_grace_s=1,
+        **settings,
+    )
+
+
 @pytest.mark.parametrize("backend", ["claude", "gemini"])
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_api_key_reaches_the_provider(
@@ -65,16 +80,13 @@ async def test_api_key_reaches_the_provider(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     """ANTHROPIC_API_KEY as ``x-api-key``, GEMINI_API_KEY as ``x-goog-api-key``."""
-    assert CLI_DIR is not None
     api = await start_fake_model_api()
     point_clis_at(api, tmp_path / "home", monkeypatch)  # the fake takes these keys only
-    settings = Settings(
-        backends=[backend],
-        claude={"bin": str(CLI_DIR / "claude")},
-        gemini={"bin": str(CLI_DIR / "gemini")},
+    settings = one_real_backend(
+        backend,
+        api,
         timeout_s=90,
         idle_timeout_s=60,
-        kill_grace_s=1,
         launcher=launcher,
         work_root=tmp_path / "root",
         warm_pool=False,
@@ -161,20 +173,17 @@ async def test_google_login_reaches_code_assist(gemini_run: Run) -> None:  # noq
     assert set(assist.bearers) == {run.token.access}, assist.bearers
 
 
+# The three real CLIs as a test parameter (codex: where its binary was installed).
+EVERY_BACKEND = [
+    "claude",
+    "gemini",
+    pytest.param("codex", marks=pytest.mark.skipif(CODEX is None, reason="real codex not found")),
+]
 # The gateway's API key for each backend, as the environment names it.
 KEY_ENV = {"claude": "ANTHROPIC_API_KEY", "gemini": "GEMINI_API_KEY", "codex": "CODEX_API_KEY"}
 
 
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "claude",
-        "gemini",
-        pytest.param(
-            "codex", marks=pytest.mark.skipif(CODEX is None, reason="real codex not found")
-        ),
-    ],
-)
+@pytest.mark.parametrize("backend", EVERY_BACKEND)
 async def test_a_refused_api_key_is_the_same_error_on_every_backend(
     backend: str, serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
@@ -182,20 +191,16 @@ async def test_a_refused_api_key_is_the_same_error_on_every_backend(
     ``authentication_error``, Google 400 ``API_KEY_INVALID``, OpenAI 401 ``invalid_api_key``):
     every backend's client gets the same ``cli_auth_failed`` error, not a 400 that blames its
     request (gemini's refusal is a 400 upstream) and not a retry."""
-    assert CLI_DIR is not None
     api = await start_fake_model_api(openai_key=f"sk-proj-{backend}-right")
     point_clis_at(api, tmp_path / "home", monkeypatch)
     for name in CODEX_FOREIGN_ENV:
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv(KEY_ENV[backend], "wrong-key")
-    settings = Settings(
-        backends=[backend],
-        claude={"bin": str(CLI_DIR / "claude")},
-        gemini={"bin": str(CLI_DIR / "gemini")},
-        codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
+    settings = one_real_backend(
+        backend,
+        api,
         timeout_s=90,
         idle_timeout_s=60,
-        kill_grace_s=1,
         launcher="pdeathsig",
         work_root=tmp_path / "root",
         warm_pool=False,

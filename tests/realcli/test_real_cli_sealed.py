@@ -28,8 +28,8 @@ from tests.realcli.test_real_cli import (  # noqa: F401
     point_clis_at,
     pytestmark,
 )
-from tests.realcli.test_real_cli_codex import CODEX
 from tests.realcli.test_real_cli_codex import FOREIGN_ENV as CODEX_FOREIGN_ENV
+from tests.realcli.test_real_cli_credentials import EVERY_BACKEND, one_real_backend
 from tests.run.test_sealed_processes import LAUNCHERS
 
 
@@ -190,16 +190,7 @@ UPSTREAM_PATHS = {
 
 
 @pytest.mark.parametrize("layout", ["work_root", "home"])
-@pytest.mark.parametrize(
-    "backend",
-    [
-        "claude",
-        "gemini",
-        pytest.param(
-            "codex", marks=pytest.mark.skipif(CODEX is None, reason="real codex not found")
-        ),
-    ],
-)
+@pytest.mark.parametrize("backend", EVERY_BACKEND)
 @pytest.mark.parametrize("launcher", LAUNCHERS)
 async def test_instruction_files_of_a_parent_repo_never_reach_the_model(
     launcher: str,
@@ -229,15 +220,11 @@ async def test_instruction_files_of_a_parent_repo_never_reach_the_model(
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("CODEX_API_KEY", "test")
     monkeypatch.delenv("XDG_RUNTIME_DIR", raising=False)  # the default root is then in HOME
-    assert CLI_DIR is not None
-    settings = Settings(
-        backends=[backend],
-        claude={"bin": str(CLI_DIR / "claude")},
-        gemini={"bin": str(CLI_DIR / "gemini")},
-        codex={"bin": str(CODEX), "base_url": api.url + "/v1"},
+    settings = one_real_backend(
+        backend,
+        api,
         timeout_s=45,
         idle_timeout_s=30,
-        kill_grace_s=1,
         launcher=launcher,
         work_root=repo / "work" if layout == "work_root" else None,
     )
