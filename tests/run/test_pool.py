@@ -105,7 +105,8 @@ async def test_a_dead_spare_is_replaced_and_the_call_still_answers(serve: ServeF
     for p in [*psutil.Process(spare.proc.pid).children(recursive=True)]:
         with contextlib.suppress(psutil.NoSuchProcess):  # a child may end between the two
             p.kill()
-    os.kill(spare.proc.pid, signal.SIGKILL)
+    with contextlib.suppress(ProcessLookupError):  # it may end with its child, and be reaped
+        os.kill(spare.proc.pid, signal.SIGKILL)
     await wait_until(lambda: spare.proc.returncode is not None, 5, "the spare to die")
     assert await ask(served, answer="still fine") == "still fine"
     assert seen[-1][1] is False  # served cold
