@@ -3,7 +3,8 @@ slots, room for spares, and shutdown.
 
 The supervisor never starts a process; it hands out slots and knows the runs in them, so
 that shutdown can kill every tree. A slot is released only after the run in it has been
-reaped (the caller's ``process.started`` block closes inside the slot's block).
+reaped (the caller's ``process.started`` block closes inside the slot's block; a call
+cancelled while its tree is being killed leaves its slot to the end of that kill).
 
 Processes alive = running calls + the pool's spares (ready, starting or being killed).
 That sum never exceeds ``bounds.max_processes``: a spare starts only into room no call
@@ -257,20 +258,23 @@ class Supervisor:
         finally:
             if slot.start is not None:
                 slot.start.release()
-            if slot.run is not None:
-                self._forget(slot.run)
-            if slot.has_process:
-                self._procs -= 1
-            self._release(backend)
+            ending = slot.run.ending if slot.run is not None else None
+            if ending is not None and not ending.done():
+                ending.add_done_callback(lambda _: self._leave(slot))
+            else:
+                self._leave(slot)
 
-    def _forget(self, run: CliRun) -> None:
-        """A call is over; its run stays listed until its tree is reaped (a call cancelled
-        while its tree was being killed leaves that kill running): shutdown waits for it."""
-        ending = run.ending
-        if ending is None or ending.done():
-            self._running.discard(run)
-        else:
-            ending.add_done_callback(lambda _: self._running.discard(run))
+    def _leave(self, slot: Slot) -> None:
+        """A call is over and its tree reaped: its slot, its process and its run are free.
+        A call cancelled while its tree was being killed leaves that kill running (shielded,
+        ``CliRun.close``): until it is reaped the tree is still a process under the bound,
+        its slot still taken (a drain waits for it) and its run still listed (shutdown waits
+        for it)."""
+        if slot.run is not None:
+            self._running.discard(slot.run)
+        if slot.has_process:
+            self._procs -= 1
+        self._release(slot.backend)
 
     def _release(self, backend: str) -> None:
         self._calls[backend] -= 1
