@@ -29,7 +29,7 @@ from cli_proxy.logs import log
 from cli_proxy.plan.spec import LaunchSpec
 from cli_proxy.run.containment import Launcher, Prepared, reaped, spawn
 from cli_proxy.run.process import kill_tree
-from cli_proxy.run.supervisor import Supervisor
+from cli_proxy.run.supervisor import StartSlot, Supervisor
 
 
 @dataclass(frozen=True, slots=True)
@@ -49,8 +49,14 @@ class Spare:
     proc: asyncio.subprocess.Process
     prepared: Prepared
     born: float
+    start: StartSlot | None = None  # held until its start is over (``limits.start_over``)
     stderr: bytearray = field(default_factory=bytearray)
     _drain: asyncio.Task[None] | None = None
+
+    def starting(self) -> bool:
+        """Still starting (its CPU busy since its spawn): a call that takes it now waits for
+        the rest of that start."""
+        return self.start is not None and self.start.held
 
     def start_drain(self) -> None:
         self._drain = asyncio.create_task(self._read_stderr())
@@ -100,7 +106,8 @@ class WarmPool:
         self._closed = False
         self._dying = 0  # spares being killed: still processes until reaped
         self._changed = asyncio.Event()  # a start or a kill finished
-        self.served_warm = 0
+        self.served_warm = 0  # spares whose start was over
+        self.served_warming = 0  # spares taken while still starting
         self.served_cold = 0
         self.discarded = 0
         self.stood_down = 0
@@ -119,7 +126,10 @@ class WarmPool:
             spare = spares.pop(0)
             age = time.monotonic() - spare.born
             if spare.usable() and age < self.settings.max_age_s and spare.born >= born_after:
-                self.served_warm += 1
+                if spare.starting():
+                    self.served_warming += 1
+                else:
+                    self.served_warm += 1
                 return spare
             self._discard(spare, "unusable")
         self.served_cold += 1
@@ -214,7 +224,7 @@ class WarmPool:
             self._recent.pop(spec, None)  # do not retry a spec that cannot start
             return False
         start.watch(proc.pid, lambda: False)  # a spare prints nothing: until its CPU is idle
-        spare = Spare(spec, proc, prepared, time.monotonic())
+        spare = Spare(spec, proc, prepared, time.monotonic(), start)
         spare.start_drain()
         try:
             if spec.warm_prefix:
@@ -292,6 +302,7 @@ class WarmPool:
             "ready": self.ready(),
             "starting": sum(self._starting.values()),
             "served_warm": self.served_warm,
+            "served_warming": self.served_warming,
             "served_cold": self.served_cold,
             "discarded": self.discarded,
             "stood_down": self.stood_down,

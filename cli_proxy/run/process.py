@@ -36,6 +36,10 @@ class Handover(Protocol):
         """What it wrote to stderr while it waited; stops the spare's own stderr reader."""
         ...
 
+    def starting(self) -> bool:
+        """Still starting: the call waits for the rest of its start."""
+        ...
+
 
 _STDERR_KEEP = 64 * 1024
 _POLL_S = 0.05
@@ -54,6 +58,7 @@ class RunStats:
     killed: str | None = None
     stderr: str = ""
     warm: bool = False  # served by a pre-started process
+    warming: bool = False  # ... taken while it was still starting
     start_s: float = 0.0  # spawning it, or taking over a spare
 
 
@@ -407,6 +412,7 @@ async def started(
     else:
         proc, prepared = spare.proc, spare.prepared
         run = CliRun(proc, deadline, limits, warm=True)
+        run.stats.warming = spare.starting()
         run._stderr += await spare.handed_over()
     run.stats.start_s = time.monotonic() - begun
     try:

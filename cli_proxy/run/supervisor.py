@@ -40,6 +40,11 @@ class StartSlot:
         self._watch = asyncio.create_task(start_over(pid, output_seen, window))
         self._watch.add_done_callback(lambda _: self.release())
 
+    @property
+    def held(self) -> bool:
+        """The start is not over yet."""
+        return self._held
+
     def release(self) -> None:
         if self._held:
             self._held = False

@@ -36,10 +36,20 @@ class CallRecord:
     start_s: float | None = None  # spawn or warm hand-over
     first_content_s: float | None = None
     warm: bool | None = None
+    warming: bool = False  # warm, but its spare was still starting
     exit_kind: str | None = None  # ok, error, or why the gateway killed it
     usage: Usage | None = None
     billing_refused: bool = False
     answer_refused: str | None = None  # answer_too_large, oversized_output
+
+    @property
+    def start_kind(self) -> str | None:
+        """How its CLI started: ``cold`` (spawned for it), ``warm`` (a spare ready for it),
+        ``warming`` (a spare still starting: the call waited for part of a start); None when
+        no CLI was reached."""
+        if self.warm is None:
+            return None
+        return ("warming" if self.warming else "warm") if self.warm else "cold"
 
 
 @dataclass(frozen=True, slots=True)
@@ -72,8 +82,8 @@ class CallsLog:
         now = self._clock()
         self.recent.append(Recent(now, rec))
         self.requests += 1
-        if rec.warm is not None:
-            self.served["warm" if rec.warm else "cold"] += 1
+        if rec.start_kind is not None:
+            self.served[rec.start_kind] += 1
         kind = error_kind(rec)
         if kind is not None:
             minute = int(now // 60)

@@ -75,7 +75,8 @@ class Metrics:
         )
         self.start = Histogram(
             "cli_proxy_cli_start_seconds",
-            "Spawning the CLI (cold) or taking over a pre-started spare (warm)",
+            "Spawning the CLI (cold) or taking over a pre-started spare (warm; warming: "
+            "still starting)",
             ("backend", "start"),
             buckets=START_BUCKETS,
             registry=r,
@@ -96,7 +97,8 @@ class Metrics:
         )
         self.served = Counter(
             "cli_proxy_calls_served",
-            "Calls that reached a CLI process, by how it started (warm: a pre-started spare)",
+            "Calls that reached a CLI process, by how it started (warm: a pre-started spare; "
+            "warming: one taken while still starting)",
             ("backend", "start"),
             registry=r,
         )
@@ -134,9 +136,9 @@ class Metrics:
         model = self.model_label(rec.model)
         self.requests.labels(rec.endpoint, rec.backend, model, str(rec.status), rec.code).inc()
         self.duration.labels(rec.endpoint, rec.backend).observe(rec.duration_s)
-        if rec.warm is None:
+        start = rec.start_kind
+        if start is None:
             return  # no process was started for it
-        start = "warm" if rec.warm else "cold"
         self.served.labels(rec.backend, start).inc()
         if rec.queue_wait_s is not None:
             self.queue_wait.labels(rec.backend).observe(rec.queue_wait_s)

@@ -4,7 +4,7 @@ Per enabled backend: its binary and version (tested release or not, as ``cli-pro
 decides), its login and the access token's expiry, and every rate-limit window the CLIs
 reported (``Metrics.rate_limit_state``: whatever backends feed it) as a ``<meter>`` with its
 reset time. For the gateway: calls running and queued against the bounds, CLI processes,
-the warm pool, calls served (warm, cold), errors of the last hour by kind, and the last 50
+the warm pool, calls served (warm, warming, cold), errors of the last hour by kind, and the last 50
 requests (``calls_log``).
 
 Server-rendered, no script, no external asset (inline CSS, works offline); the page reloads
@@ -472,7 +472,7 @@ def _gateway(gw: Gateway) -> str:
         row("CLIs starting", sup.starting, bounds.max_starting),
     ]
     calls = gw.metrics.calls
-    warm, cold = calls.served["warm"], calls.served["cold"]
+    warm, warming, cold = (calls.served[k] for k in ("warm", "warming", "cold"))
     if gw.pool is not None:
         pool = gw.pool.status()
         ready = status_dict(pool, "ready")
@@ -487,7 +487,8 @@ def _gateway(gw: Gateway) -> str:
         pool_text = "off: every call starts its CLI cold"
     served = (
         f'<dl id="served"><dt>requests</dt><dd>{number(calls.requests)} since start</dd>'
-        f"<dt>calls served</dt><dd>{number(warm + cold)}: {number(warm)} warm, "
+        f"<dt>calls served</dt><dd>{number(warm + warming + cold)}: {number(warm)} warm, "
+        f"{f'{number(warming)} warming, ' if warming else ''}"
         f"{number(cold)} cold</dd><dt>warm pool</dt><dd>{pool_text}</dd></dl>"
     )
     errors = calls.errors()
@@ -526,7 +527,7 @@ def _recent(recent: list[Recent], now: float) -> str:
         tokens_in = number(usage.prompt_tokens) if usage else NONE
         cached = number(usage.prompt_tokens_details.cached_tokens) if usage else NONE
         tokens_out = number(usage.completion_tokens) if usage else NONE
-        start = NONE if rec.warm is None else "warm" if rec.warm else "cold"
+        start = rec.start_kind or NONE
         css = "ok" if rec.status < 400 else "warn" if rec.status in (429, 499) else "bad"
         code = f" {e(rec.code)}" if rec.code else ""
         when = time.strftime("%H:%M:%S", time.localtime(r.at))

@@ -58,6 +58,8 @@ when the token endpoint refuses the refresh (capture gemini-0.61.0-acp-refresh-i
 the interactive login's URL on stdout, one stdin line taken as the code, the code question
 again, then it waits, even after stdin ends.
 ``fake_cli.py claude --version`` prints a version in the real CLI's format (for doctor).
+``fake_cli.py claude --fake-start-cpu=S <argv>`` burns S seconds of CPU before it reads its
+prompt, as a node CLI loading its bundle does (a spare that is still starting).
 Only the standard library: it runs with whatever python3 is on PATH.
 """
 
@@ -508,11 +510,15 @@ def run_gemini_acp(acp: AcpSession, spec: dict[str, object], answer: str) -> Non
     )
 
 
-def boot_and_record(spec: dict[str, object], started: float) -> None:
-    """Burn CPU like a starting node CLI, then note the start window (``boot``)."""
-    until = time.process_time() + float(spec["boot"])  # type: ignore[arg-type]
+def burn(cpu_s: float) -> None:
+    until = time.process_time() + cpu_s
     while time.process_time() < until:
         pass
+
+
+def boot_and_record(spec: dict[str, object], started: float) -> None:
+    """Burn CPU like a starting node CLI, then note the start window (``boot``)."""
+    burn(float(spec["boot"]))  # type: ignore[arg-type]
     if spec.get("record"):
         line = json.dumps({"start": started, "booted": time.time(), "pid": os.getpid()})
         fd = os.open(str(spec["record"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
@@ -547,6 +553,8 @@ def silent_reads(seconds: float) -> None:
 def main() -> int:
     started = time.time()
     flavour, argv = sys.argv[1], sys.argv[2:]
+    if argv and argv[0].startswith("--fake-start-cpu="):
+        burn(float(argv.pop(0).partition("=")[2]))
     if argv == ["--version"]:  # the real CLIs' format, a version no test pins
         print({"claude": "2.1.197-fake (Claude Code)"}.get(flavour, "0.61.0-fake"))
         return 0

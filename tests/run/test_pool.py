@@ -7,6 +7,7 @@ import asyncio
 import contextlib
 import os
 import signal
+import sys
 from typing import Any
 
 import psutil
@@ -15,7 +16,7 @@ import pytest
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.plan.spec import Plan
 from cli_proxy.run.call import Call, LineSink
-from tests.conftest import Served, ServeFactory, fake, fake_settings
+from tests.conftest import FAKE_CLI, Served, ServeFactory, fake, fake_settings
 from tests.run.test_reliability import wait_gone, wait_until
 from tests.run.test_sealed_processes import LAUNCHERS, gateway
 
@@ -112,6 +113,32 @@ async def test_a_dead_spare_is_replaced_and_the_call_still_answers(serve: ServeF
     assert seen[-1][1] is False  # served cold
     assert served.gateway.pool.status()["discarded"] == 1
     await wait_until(lambda: ready(served) == 1, 10, "a new spare")
+
+
+async def test_a_spare_taken_while_still_starting_is_served_warming(serve: ServeFactory) -> None:
+    """Every CLI burns 1.5 s of CPU before it reads its prompt (node loading its bundle). A
+    call that takes a spare still in that start waits for the rest of it: counted ``warming``,
+    not ``warm``, by the pool, the calls log (the status page) and the metrics; a call that
+    takes a spare whose start is over (no start slot held) is ``warm``."""
+    booting = f"{sys.executable} {FAKE_CLI} claude --fake-start-cpu=1.5"
+    served, seen = await pooled(serve, claude_bin=booting, start_window_s=60)
+    gw = served.gateway
+    pool = gw.pool
+    assert pool is not None
+    await ask(served, answer="cold")  # its spare starts meanwhile
+    await wait_until(lambda: ready(served) == 1, 20, "a spare")
+    assert pool._spares[next(iter(pool._spares))][0].starting()  # 1.5 s of CPU: still going
+    assert await ask(served, answer="warming") == "warming"
+    await wait_until(lambda: ready(served) == 1 and not gw.supervisor.starting, 30, "a spare")
+    assert await ask(served, answer="warm") == "warm"
+    assert [warm for _, warm in seen] == [False, True, True]
+    status = pool.status()
+    assert [status[k] for k in ("served_cold", "served_warming", "served_warm")] == [1, 1, 1]
+    assert gw.metrics.calls.served == {"cold": 1, "warming": 1, "warm": 1}
+    scrape = gw.metrics.scrape().decode()
+    for start in ("cold", "warming", "warm"):
+        line = f'cli_proxy_calls_served_total{{backend="claude",start="{start}"}} 1.0'
+        assert line in scrape, scrape
 
 
 async def test_spares_older_than_the_maximum_age_are_replaced(serve: ServeFactory) -> None:

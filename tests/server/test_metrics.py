@@ -57,9 +57,15 @@ async def test_a_known_mix_of_calls(serve: ServeFactory) -> None:
     client = served.client
     model = "claude-sonnet-4-6"
     await client.chat.completions.create(model=model, messages=user("a" + fake(answer="one two")))  # type: ignore[arg-type]
-    # the spare for the next call like it: wait until it is ready, so the next call is warm
+    # the spare for the next call like it: wait until it is ready and its start is over (no
+    # start slot held), so the next call is warm
     for _ in range(200):
-        if served.gateway.pool is not None and served.gateway.pool.ready().get("claude"):
+        pool = served.gateway.pool
+        if (
+            pool is not None
+            and pool.ready().get("claude")
+            and not served.gateway.supervisor.starting
+        ):
             break
         await asyncio.sleep(0.05)
     stream = await client.chat.completions.create(
@@ -100,10 +106,12 @@ async def test_a_known_mix_of_calls(serve: ServeFactory) -> None:
     assert value(s, req) == 5
     cold = value(s, "cli_proxy_calls_served_total", backend="claude", start="cold")
     warm = value(s, "cli_proxy_calls_served_total", backend="claude", start="warm")
+    warming = value(s, "cli_proxy_calls_served_total", backend="claude", start="warming")
     pool = served.gateway.pool
     assert pool is not None
-    assert (cold, warm) == (pool.served_cold, pool.served_warm)  # the pool's own count
-    assert cold >= 1 and warm >= 1 and cold + warm == 3
+    # the pool's own count; the third call's spare may still be starting (a busy machine)
+    assert (cold, warm, warming) == (pool.served_cold, pool.served_warm, pool.served_warming)
+    assert cold >= 1 and warm >= 1 and cold + warm + warming == 3
     assert (
         value(s, "cli_proxy_request_duration_seconds_count", endpoint="chat", backend="claude") == 3
     )
