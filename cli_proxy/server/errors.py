@@ -71,10 +71,12 @@ class APIError(Exception):
 
 # what each CLI-reported failure is to an OpenAI client: (status, code)
 _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
-    FailureKind.AUTH: (401, "cli_auth_failed"),
-    # Not 401: the client's own key is fine (an SDK user would look for a fault in it), and
-    # not 502: the CLI did not misbehave. The gateway cannot serve until its operator logs
-    # the CLI in again: 503, with ``x-should-retry: false`` (the OpenAI SDKs obey it).
+    # The gateway's own credential (its CLI's API key, refused; its CLI's login, gone): not
+    # 401, the client's own key is fine (an SDK user would look for a fault in it, and Claude
+    # Code pointed at the gateway would ask its user to /login); not 502, the CLI did not
+    # misbehave. The gateway cannot serve until its operator acts: 503, with
+    # ``x-should-retry: false`` (the OpenAI and Anthropic SDKs obey it).
+    FailureKind.AUTH: (503, "cli_auth_failed"),
     FailureKind.LOGIN_EXPIRED: (503, "login_expired"),
     FailureKind.RATE_LIMITED: (429, "rate_limit_exceeded"),
     FailureKind.OVERLOADED: (503, "cli_overloaded"),
@@ -115,8 +117,8 @@ def api_error(exc: CallError) -> APIError:
         if exc.kind is FailureKind.BILLING:  # not retried by SDKs (a 4xx other than 408/429)
             message = exc.message + BILLING_HINT
             return APIError(status, message, type="billing_error", code=code)
-        if exc.kind is FailureKind.LOGIN_EXPIRED:
-            headers = {"x-should-retry": "false"}  # no retry helps until someone logs in
+        if exc.kind in (FailureKind.AUTH, FailureKind.LOGIN_EXPIRED):
+            headers = {"x-should-retry": "false"}  # no retry helps until the operator acts
         return APIError(status, exc.message, code=code, headers=headers)
     if isinstance(exc, SlotsBusy):
         return APIError(

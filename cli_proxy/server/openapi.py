@@ -202,7 +202,7 @@ _MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
 _STATUS_TEXT: dict[int, str] = {
     400: "Invalid request: bad JSON, a field that fails validation, nesting deeper than "
     "64 levels, or a prompt the CLI refused (context length)",
-    401: "Missing or wrong API key (when api_keys is set), or the CLI's own login failed",
+    401: "Missing or wrong API key (when api_keys is set)",
     402: "The CLI's subscription refused the call as billed outside the plan (extra usage); "
     "not worth retrying (docs/metrics.md)",
     403: "Host not served here, or a foreign browser Origin",
@@ -213,7 +213,9 @@ _STATUS_TEXT: dict[int, str] = {
     429: "Every CLI slot is busy and the queue is full, or the CLI's provider rate-limited "
     "the call; Retry-After says when to retry",
     502: "The CLI failed or its answer was unusable (empty, too large, invalid tool call)",
-    503: "The CLI binary is missing, its provider is overloaded, or the gateway is draining",
+    503: "The CLI binary is missing, its provider is overloaded, the gateway is draining, or "
+    "the gateway's own credential for the CLI was refused or its login is gone "
+    "(cli_auth_failed, login_expired: x-should-retry false)",
     504: "The CLI ran past the call's cap (timeout_s, or a non-streamed call's "
     "x-stainless-read-timeout) or printed nothing for idle_timeout_s",
     529: "The CLI's provider is overloaded (the Messages API's overloaded_error; on the "

@@ -211,7 +211,7 @@ def test_tool_call(backend: str) -> None:
 @pytest.mark.parametrize(
     ("case", "kind", "status"),
     [
-        ("auth", FailureKind.AUTH, 401),
+        ("auth", FailureKind.AUTH, 503),
         ("rate_limit", FailureKind.RATE_LIMITED, 429),
         ("overloaded", FailureKind.OVERLOADED, 503),
         ("empty", FailureKind.EMPTY_ANSWER, 502),

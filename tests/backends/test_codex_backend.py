@@ -266,7 +266,7 @@ async def test_images_arrive_in_place(serve: ServeFactory) -> None:
 @pytest.mark.parametrize(
     ("info", "message", "error"),
     [
-        ("unauthorized", "unexpected status 401 Unauthorized", openai.AuthenticationError),
+        ("unauthorized", "unexpected status 401 Unauthorized", openai.InternalServerError),
         ("usageLimitExceeded", "You've hit your usage limit.", openai.RateLimitError),
         ({"responseTooManyFailedAttempts": {"httpStatusCode": 429}}, "x", openai.RateLimitError),
         ("internalServerError", "We're currently experiencing high demand", openai.APIStatusError),
@@ -281,7 +281,7 @@ async def test_failed_turn_maps_to_its_status(
         await served.client.chat.completions.create(
             model="gpt-5.5", messages=user("hi" + fake(error_message=message, error_info=info))
         )
-    if info == "internalServerError":
+    if info in ("internalServerError", "unauthorized"):
         assert caught.value.status_code == 503  # type: ignore[attr-defined]
 
 

@@ -40,7 +40,6 @@ CALL_BOUND_S = TIMEOUT_S + GRACE_S + 3.0
 # what a CLI failure may become (errors.api_error); a 500 or anything else is a bug
 CLI_ERROR_STATUSES = {
     400,
-    401,
     402,
     429,
     502,

@@ -378,11 +378,14 @@ async def test_rate_limit_is_429_after_one_upstream_request(codex: Codex) -> Non
     assert len(codex.bodies()) == 1  # request_max_retries = 0: codex did not retry
 
 
-async def test_auth_failure_is_401(codex: Codex) -> None:
-    with pytest.raises(openai.AuthenticationError):
+async def test_auth_failure_is_503_cli_auth_failed_not_retried(codex: Codex) -> None:
+    """The provider refused the gateway's credential: not the client's fault (errors.py)."""
+    with pytest.raises(openai.InternalServerError) as info:
         await codex.client.chat.completions.create(
             model=MODEL, messages=user("say hi" + fake(status=401))
         )
+    assert info.value.status_code == 503 and info.value.code == "cli_auth_failed"
+    assert info.value.response.headers["x-should-retry"] == "false"
     assert len(codex.bodies()) == 1
 
 

@@ -189,8 +189,9 @@ async def test_a_refused_api_key_is_the_same_error_on_every_backend(
 ) -> None:
     """The provider refuses the gateway's API key with its own error (Anthropic 401
     ``authentication_error``, Google 400 ``API_KEY_INVALID``, OpenAI 401 ``invalid_api_key``):
-    every backend's client gets the same ``cli_auth_failed`` error, not a 400 that blames its
-    request (gemini's refusal is a 400 upstream) and not a retry."""
+    every backend's client gets the same ``cli_auth_failed`` error: a 503 that says no retry
+    helps (the gateway's credential is at fault, not the client's key nor its request: not
+    401, not the 400 of gemini's refusal upstream), and no retry was made."""
     api = await start_fake_model_api(openai_key=f"sk-proj-{backend}-right")
     point_clis_at(api, tmp_path / "home", monkeypatch)
     for name in CODEX_FOREIGN_ENV:
@@ -207,14 +208,22 @@ async def test_a_refused_api_key_is_the_same_error_on_every_backend(
     )
     try:
         served = await serve(Gateway(settings, live_backends(settings)))
-        with pytest.raises(openai.AuthenticationError) as info:
-            await served.client.chat.completions.create(
-                model={**MODELS, "codex": "gpt-5.5"}[backend],
-                messages=[{"role": "user", "content": "say hi" + fake(answer="never")}],
-            )
+        # the SDK's default retries (2): x-should-retry must hold it back
+        client = openai.AsyncOpenAI(base_url=served.base_url, api_key="test")
+        try:
+            with pytest.raises(openai.InternalServerError) as info:
+                await client.chat.completions.create(
+                    model={**MODELS, "codex": "gpt-5.5"}[backend],
+                    messages=[{"role": "user", "content": "say hi" + fake(answer="never")}],
+                )
+        finally:
+            await client.close()
         error = info.value.body
         assert isinstance(error, dict) and error["code"] == "cli_auth_failed", error
+        assert info.value.status_code == 503
+        assert info.value.response.headers["x-should-retry"] == "false"
         sent = api.credentials()  # the key did reach the provider, which refused it
         assert any("wrong-key" in value for seen in sent for value in seen.values()), sent
+        assert len(sent) == 1, sent  # one upstream request: neither the CLI nor the SDK retried
     finally:
         await api.close()

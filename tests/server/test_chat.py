@@ -247,7 +247,7 @@ async def test_stream_failure_after_content_is_an_sse_error(served: Served) -> N
     ("spec", "status", "fragment"),
     [
         ({"exit": 1, "stderr": "Error: something broke"}, 502, "something broke"),
-        ({"exit": 1, "stderr": "Invalid API key · Please run /login"}, 401, "Invalid API key"),
+        ({"exit": 1, "stderr": "Invalid API key · Please run /login"}, 503, "Invalid API key"),
         ({"exit": 2, "stderr": "Quota exceeded for quota metric"}, 429, "Quota"),
         ({"is_error": True, "api_error_status": 429, "error_message": "rate_limit"}, 429, "rate"),
         ({"is_error": True, "error_message": "API Error: 529 Overloaded"}, 503, "Overloaded"),

@@ -232,11 +232,11 @@ CLI_FAILURES = [  # (fake CLI directive, status, exception class, Anthropic type
         anthropic.InternalServerError,
         "api_error",
     ),
-    (
+    (  # the gateway's credential, not the client's key: 503, no retry (errors.py)
         {"exit": 1, "stderr": "Invalid API key · Please run /login"},
-        401,
-        anthropic.AuthenticationError,
-        "authentication_error",
+        503,
+        anthropic.InternalServerError,
+        "api_error",
     ),
     (
         {"is_error": True, "api_error_status": 429, "error_message": "rate_limit"},
@@ -271,16 +271,19 @@ async def test_cli_failures_map_to_anthropic_errors(
     assert_anthropic_error(info.value.body, kind)
     if status == 429:
         assert int(info.value.response.headers["retry-after"]) >= 1
+    if status == 503:
+        assert info.value.response.headers["x-should-retry"] == "false"
 
 
 async def test_codex_failures_map_to_anthropic_errors(client: anthropic.AsyncAnthropic) -> None:
-    with pytest.raises(anthropic.AuthenticationError) as info:
+    with pytest.raises(anthropic.InternalServerError) as info:
         await client.messages.create(
             model=CODEX,
             max_tokens=10,
             messages=say(fake(error_message="unexpected status 401", error_info="unauthorized")),
         )
-    assert_anthropic_error(info.value.body, "authentication_error")
+    assert info.value.status_code == 503  # the gateway's credential refused (errors.py)
+    assert_anthropic_error(info.value.body, "api_error")
     with pytest.raises(anthropic.RateLimitError) as limited:
         await client.messages.create(
             model=CODEX,
