@@ -72,10 +72,10 @@ class APIError(Exception):
 # what each CLI-reported failure is to an OpenAI client: (status, code)
 _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
     # The gateway's own credential (its CLI's API key, refused; its CLI's login, gone): not
-    # 401, the client's own key is fine (an SDK user would look for a fault in it, and Claude
-    # Code pointed at the gateway would ask its user to /login); not 502, the CLI did not
-    # misbehave. The gateway cannot serve until its operator acts: 503, with
-    # ``x-should-retry: false`` (the OpenAI and Anthropic SDKs obey it).
+    # 401, the client's own key is fine (an SDK user would look for a fault in it; Claude Code
+    # pointed at the gateway says "Invalid API key · Fix external API key", docs/real-clis.md);
+    # not 502, the CLI did not misbehave. The gateway cannot serve until its operator acts:
+    # 503, with ``x-should-retry: false`` (the OpenAI and Anthropic SDKs obey it).
     FailureKind.AUTH: (503, "cli_auth_failed"),
     FailureKind.LOGIN_EXPIRED: (503, "login_expired"),
     FailureKind.RATE_LIMITED: (429, "rate_limit_exceeded"),
