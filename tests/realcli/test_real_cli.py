@@ -300,6 +300,8 @@ async def test_warm_call_answers(real: RealCLIs, model: str) -> None:
     backend = model.split("-")[0]
     # the spare needs the CLI's start-up time
     await wait_until(lambda: pool.status()["ready"].get(backend), 60, "a spare")  # type: ignore[attr-defined]
+    supervisor = real.served.gateway.supervisor
+    await wait_until(lambda: not supervisor.starting, 30, "its start to be over")  # warm
     await asyncio.sleep(3 if backend == "gemini" else 0.5)  # idle a while: it must keep waiting
     warm = await real.client.chat.completions.create(
         model=model, messages=user("PROMPT_TWO_9c4" + fake(answer="warm answer"))

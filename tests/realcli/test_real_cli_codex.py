@@ -540,6 +540,8 @@ async def test_warm_call_answers(
         )
         assert cold.choices[0].message.content == "cold answer"
         await wait_until(lambda: pool.status()["ready"].get("codex"), 60, "a codex spare")  # type: ignore[attr-defined]
+        supervisor = c.served.gateway.supervisor
+        await wait_until(lambda: not supervisor.starting, 30, "its start to be over")  # warm
         await asyncio.sleep(3)  # idle a while: it must keep waiting
         warm = await c.client.chat.completions.create(
             model=MODEL, messages=user("PROMPT_TWO_9c4" + fake(answer="warm answer"))

@@ -177,6 +177,8 @@ async def test_a_warm_spare_sends_what_a_cold_process_sends(start: Start, backen
     messages = [{"role": "user", "content": "say hi"}]
     await up.served.client.chat.completions.create(model=MODELS[backend], messages=messages)
     await wait_until(lambda: pool.status()["ready"].get(backend), 60, "a spare")  # type: ignore[attr-defined]
+    supervisor = up.served.gateway.supervisor
+    await wait_until(lambda: not supervisor.starting, 30, "its start to be over")  # warm
     await up.served.client.chat.completions.create(model=MODELS[backend], messages=messages)
     assert pool.status()["served_warm"] == 1  # type: ignore[attr-defined]
     cold, warm = up.requests()
