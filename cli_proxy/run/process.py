@@ -404,7 +404,8 @@ async def started(
 ) -> AsyncIterator[CliRun]:
     """The CLI of ``spec``, contained, with a fresh private work dir: the pre-started
     ``spare`` if given, else a new process. On exit the tree is killed (if still running) and
-    reaped, then the work dir is removed, whatever happened."""
+    reaped, then the work dir is removed, whatever happened (a spare is the call's from the
+    moment it is taken: a call cancelled during its hand-over ends it too)."""
     begun = time.monotonic()
     if spare is None:
         proc, prepared = await spawn(spec, launcher, limits.line_limit)
@@ -413,9 +414,10 @@ async def started(
         proc, prepared = spare.proc, spare.prepared
         run = CliRun(proc, deadline, limits, warm=True)
         run.stats.warming = spare.starting()
-        run._stderr += await spare.handed_over()
-    run.stats.start_s = time.monotonic() - begun
     try:
+        if spare is not None:
+            run._stderr += await spare.handed_over()
+        run.stats.start_s = time.monotonic() - begun
         yield run
     finally:
         try:

@@ -68,6 +68,18 @@ async def ask(served: Served, model: str = CLAUDE, stream: bool = False, **spec:
     return r.choices[0].message.content or ""
 
 
+def open_pipes(proc: asyncio.subprocess.Process) -> list[int]:
+    """The fds (0, 1, 2) whose pipe transport the gateway still holds open."""
+    transport: Any = getattr(proc, "_transport", None)
+    if transport is None:
+        return []
+    return [
+        fd
+        for fd in (0, 1, 2)
+        if (pipe := transport.get_pipe_transport(fd)) is not None and not pipe.is_closing()
+    ]
+
+
 @pytest.mark.parametrize("model", [CLAUDE, GEMINI])
 async def test_each_call_gets_a_process_that_served_no_other(
     serve: ServeFactory, model: str
@@ -113,6 +125,11 @@ async def test_a_dead_spare_is_replaced_and_the_call_still_answers(serve: ServeF
     assert seen[-1][1] is False  # served cold
     assert served.gateway.pool.status()["discarded"] == 1
     await wait_until(lambda: ready(served) == 1, 10, "a new spare")
+    # the discarded spare's pipes are closed on our side once it is reaped: left open, the
+    # garbage collector closed them later, on a loop that may be gone ("Exception ignored
+    # in BaseSubprocessTransport.__del__", seen once in a clean-clone run)
+    await wait_until(lambda: not served.gateway.pool._dying, 10, "the spare to be reaped")
+    assert open_pipes(spare.proc) == []
 
 
 async def test_a_spare_taken_while_still_starting_is_served_warming(serve: ServeFactory) -> None:
@@ -139,6 +156,25 @@ async def test_a_spare_taken_while_still_starting_is_served_warming(serve: Serve
     for start in ("cold", "warming", "warm"):
         line = f'cli_proxy_calls_served_total{{backend="claude",start="{start}"}} 1.0'
         assert line in scrape, scrape
+
+
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+async def test_a_killed_spare_leaves_no_pipe_open(serve: ServeFactory, model: str) -> None:
+    """When the pool's kill of a spare is over (here at shutdown), our ends of its pipes are
+    closed: nothing is left for the garbage collector to close on a loop that may be gone
+    (CPython 3.11.7: "Exception ignored in BaseSubprocessTransport.__del__ ... Event loop is
+    closed", seen once in a clean-clone run)."""
+    served, _ = await pooled(serve)
+    await ask(served, model)
+    backend = model.split("-")[0]
+    await wait_until(lambda: ready(served, backend) == 1, 10, "a spare")
+    pool = served.gateway.pool
+    assert pool is not None
+    spare = next(s for group in pool._spares.values() for s in group)
+    assert open_pipes(spare.proc) != []
+    await pool.close()
+    assert spare.proc.returncode is not None
+    assert open_pipes(spare.proc) == []  # at once, not on a later turn of the loop
 
 
 async def test_spares_older_than_the_maximum_age_are_replaced(serve: ServeFactory) -> None:
