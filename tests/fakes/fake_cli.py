@@ -58,8 +58,6 @@ when the token endpoint refuses the refresh (capture gemini-0.61.0-acp-refresh-i
 the interactive login's URL on stdout, one stdin line taken as the code, the code question
 again, then it waits, even after stdin ends.
 ``fake_cli.py claude --version`` prints a version in the real CLI's format (for doctor).
-``fake_cli.py claude --fake-start-cpu=S <argv>`` burns S seconds of CPU before it reads its
-prompt, as a node CLI loading its bundle does (a spare that is still starting).
 Only the standard library: it runs with whatever python3 is on PATH.
 """
 
@@ -553,8 +551,6 @@ def silent_reads(seconds: float) -> None:
 def main() -> int:
     started = time.time()
     flavour, argv = sys.argv[1], sys.argv[2:]
-    if argv and argv[0].startswith("--fake-start-cpu="):
-        burn(float(argv.pop(0).partition("=")[2]))
     if argv == ["--version"]:  # the real CLIs' format, a version no test pins
         print({"claude": "2.1.197-fake (Claude Code)"}.get(flavour, "0.61.0-fake"))
         return 0
