@@ -508,15 +508,11 @@ def run_gemini_acp(acp: AcpSession, spec: dict[str, object], answer: str) -> Non
     )
 
 
-def burn(cpu_s: float) -> None:
-    until = time.process_time() + cpu_s
-    while time.process_time() < until:
-        pass
-
-
 def boot_and_record(spec: dict[str, object], started: float) -> None:
     """Burn CPU like a starting node CLI, then note the start window (``boot``)."""
-    burn(float(spec["boot"]))  # type: ignore[arg-type]
+    until = time.process_time() + float(spec["boot"])  # type: ignore[arg-type]
+    while time.process_time() < until:
+        pass
     if spec.get("record"):
         line = json.dumps({"start": started, "booted": time.time(), "pid": os.getpid()})
         fd = os.open(str(spec["record"]), os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
