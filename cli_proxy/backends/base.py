@@ -36,6 +36,7 @@ class LoginState:
 
     present: bool | None  # None: cannot tell
     detail: str
+    warning: str | None = None  # a login that is there but will likely be refused, and why
 
 
 def _tilde(path: Path, home: Path) -> str:

@@ -1,7 +1,9 @@
 """``cli-proxy doctor``: why a backend does or does not answer, in one screen (the facts of
 each backend from ``backends/probe.py``).
 
-One line per backend (binary, version and whether the tests cover it, login present), then
+One line per backend (binary, version and whether the tests cover it, login present; a
+second, ``warning``, when the login is there but likely refused, e.g. gemini with only a
+personal Google login), then
 the containment in force, the warm pool's memory and where replayed fixtures come from. A
 newcomer whose call fails learns here whether the CLI is missing, logged out, or running
 without bubblewrap (no prompt caching). Exit status 0 when at least one backend can serve.
@@ -97,7 +99,10 @@ def run(settings: Settings, env: Mapping[str, str] | None = None) -> tuple[int, 
     ready = [r.name for r in reports if r.can_serve]
     width = max([11, *(len(r.name) for r in reports)])
     lines = [f"cli-proxy {__version__}: doctor"]
-    lines += [f"{r.name:<{width}} {r.status:<8} {r.line()}" for r in reports]
+    for r in reports:
+        lines.append(f"{r.name:<{width}} {r.status:<8} {r.line()}")
+        if r.path is not None and r.login.warning:
+            lines.append(f"{'':<{width}} {'warning':<8} {r.login.warning}")
     lines.append(f"{'containment':<{width}} {containment_line(settings)}")
     lines.append(f"{'capacity':<{width}} {capacity_line(settings)}")
     lines.append(f"{'warm pool':<{width}} {warm_pool_line(settings, ready)}")

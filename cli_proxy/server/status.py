@@ -331,6 +331,9 @@ def _backends(
             rows += _binary_rows(name, report)
             text, css = _login(backend, report, now)
             rows.append(f'<dt>login</dt><dd class="{css}" data-login="{e(name)}">{text}</dd>')
+            if report is not None and report.login.warning:  # e.g. a refused personal login
+                dd = f'<dd class="warn" data-warning="{e(name)}">{e(report.login.warning)}'
+                rows.append(f"<dt>warning</dt>{dd}</dd>")
             if report is not None:  # doctor's verdict, the login as read now
                 ready = report.path is not None and css != "bad"
                 verdict = "ready" if ready else "missing" if report.path is None else "no login"

@@ -175,6 +175,30 @@ def test_an_interactive_login_on_stdout_is_login_expired(first: bytes) -> None:
     assert parser.finish(-9, "Failed to authenticate with user code.") == []
 
 
+REAL_CLI = Path(__file__).resolve().parents[1] / "data" / "real-cli"
+
+
+def test_a_google_login_code_assist_refuses_as_ineligible_is_an_auth_failure() -> None:
+    """0.61.0's stdout facing Code Assist's answer to a personal Google account since
+    2026-06-18 (capture gemini-0.61.0-code-assist-ineligible): the ``session/new`` error
+    carries Google's reason; the call fails as an auth failure (503 cli_auth_failed, not
+    retried) whose message says what still works."""
+    captured = (REAL_CLI / "gemini-0.61.0-code-assist-ineligible.stdout.jsonl").read_bytes()
+    parser = GeminiParser([{"type": "text", "text": "hi"}])
+    events = [e for raw in captured.splitlines(keepends=True) for e in parser.feed(raw)]
+    assert [type(e) for e in events] == [Failure] and parser.done
+    failure = events[0]
+    assert isinstance(failure, Failure) and failure.kind is FailureKind.AUTH
+    assert failure.retry_after_s is None
+    assert "no longer supported for Gemini Code Assist for individuals" in failure.message
+    for works in ("GEMINI_API_KEY", "Vertex AI", "Standard or Enterprise", "GOOGLE_CLOUD_PROJECT"):
+        assert works in failure.message
+    assert "copilot/gemini-" in failure.message
+    assert parser.replies() == b""  # no prompt is sent
+    stderr = (REAL_CLI / "gemini-0.61.0-code-assist-ineligible.stderr.txt").read_text()
+    assert parser.finish(0, stderr) == []
+
+
 def test_other_noise_on_stdout_is_not_a_login() -> None:
     parser = opened()
     assert parser.feed(b"Loaded cached credentials.\n") == []

@@ -8,6 +8,14 @@ Every call needs the OAuth access token of the test's login as ``Authorization: 
 ``accept_bearer`` (no default: a test names the login it expects) decides, and any other
 token, or none, answers Google's 401 ``UNAUTHENTICATED``; ``bearers`` records the token of
 every call. Anything else answers ``{}``.
+
+``personal=True`` answers as Code Assist has answered a personal Google account (AI Pro, Ultra,
+free) since 2026-06-18: ``loadCodeAssist`` names no current tier and no project, offers only
+``standard-tier`` (a project of the user's own) and lists ``free-tier`` as ineligible with
+reason ``UNSUPPORTED_CLIENT``; ``onboardUser`` without a project completes with none. The
+Gemini CLI then raises ``IneligibleTierError`` with the reason's message. Shape, text and
+sources: tests/data/real-cli/gemini-0.61.0-code-assist-ineligible.md. A call that names a
+project (``GOOGLE_CLOUD_PROJECT``: Code Assist Standard/Enterprise) is served as before.
 """
 
 from __future__ import annotations
@@ -21,6 +29,32 @@ from aiohttp import web
 
 from tests.fakes.fake_model_api import serve_app
 
+# The ineligible tier a personal Google account is answered with since 2026-06-18 (the reason
+# text and ids as the Gemini CLI printed them: see gemini-0.61.0-code-assist-ineligible.md).
+UNSUPPORTED_CLIENT_MESSAGE = (
+    "This client is no longer supported for Gemini Code Assist for individuals. To continue "
+    "using Gemini, please migrate to the Antigravity suite of products: https://antigravity.google"
+)
+INELIGIBLE_FREE_TIER = {
+    "reasonCode": "UNSUPPORTED_CLIENT",
+    "reasonMessage": UNSUPPORTED_CLIENT_MESSAGE,
+    "tierId": "free-tier",
+    "tierName": "Gemini Code Assist for individuals",
+}
+PERSONAL_LOAD_CODE_ASSIST = {
+    "allowedTiers": [
+        {
+            "id": "standard-tier",
+            "name": "Gemini Code Assist",
+            "description": "Unlimited coding assistant with the most powerful Gemini models",
+            "userDefinedCloudaicompanionProject": True,
+            "privacyNotice": {},
+            "isDefault": True,
+        }
+    ],
+    "ineligibleTiers": [INELIGIBLE_FREE_TIER],
+}
+
 
 @dataclass
 class FakeCodeAssist:
@@ -28,6 +62,7 @@ class FakeCodeAssist:
     accept_bearer: Callable[[str], bool]  # e.g. FakeTokenAPI.issued
     bearers: list[str] = field(default_factory=list)
     paths: list[str] = field(default_factory=list)
+    personal: bool = False  # a personal account: refused as ineligible (UNSUPPORTED_CLIENT)
     url: str = ""
     _runner: web.AppRunner | None = None
 
@@ -53,6 +88,12 @@ class FakeCodeAssist:
         if refused is not None:
             return refused
         body = await request.json() if request.can_read_body else {}
+        project = _project(body)
+        if self.personal and project is None:
+            if method == "loadCodeAssist":
+                return web.json_response(PERSONAL_LOAD_CODE_ASSIST)
+            if method == "onboardUser":  # standard-tier needs the user's own project
+                return web.json_response({"name": "", "done": True, "response": {}})
         if method == "loadCodeAssist":
             return web.json_response(
                 {
@@ -96,3 +137,9 @@ class FakeCodeAssist:
     async def close(self) -> None:
         if self._runner is not None:
             await self._runner.cleanup()
+
+
+def _project(body: dict[str, object]) -> str | None:
+    """The Google Cloud project a call names (``GOOGLE_CLOUD_PROJECT``), or None."""
+    project = body.get("cloudaicompanionProject") or body.get("project")
+    return project if isinstance(project, str) and project else None

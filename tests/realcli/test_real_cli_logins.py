@@ -20,6 +20,7 @@ from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
+import anthropic
 import openai
 import pytest
 
@@ -390,9 +391,17 @@ GOOGLE_HOSTS = ["oauth2.googleapis.com", "www.googleapis.com"]
 
 
 @pytest.fixture
+def personal() -> bool:
+    """Whether Code Assist answers the login as it answers a personal Google account since
+    2026-06-18 (ineligible, ``UNSUPPORTED_CLIENT``); a test parametrizes it to True."""
+    return False
+
+
+@pytest.fixture
 async def gemini_run(
     launcher: str,
     delay: float,
+    personal: bool,
     serve: ServeFactory,
     tmp_path: Path,
     monkeypatch: pytest.MonkeyPatch,
@@ -400,7 +409,7 @@ async def gemini_run(
     assert GEMINI is not None
     async with AsyncExitStack() as stack:
         api, token = await _fakes(stack, "1//rt-0", delay, google=True)
-        assist = await FakeCodeAssist(api.url, token.issued).start()
+        assist = await FakeCodeAssist(api.url, token.issued, personal=personal).start()
         stack.push_async_callback(assist.close)
         proxy = await _proxy(stack, GOOGLE_HOSTS, token)
         home = tmp_path / "home"
@@ -430,7 +439,14 @@ async def gemini_run(
                 "NO_PROXY": "127.0.0.1,localhost",
                 "NODE_EXTRA_CA_CERTS": str(proxy.ca_pem),
             },
-            ("GEMINI_API_KEY", "GOOGLE_API_KEY", "GOOGLE_GEMINI_BASE_URL"),
+            (
+                "GEMINI_API_KEY",
+                "GOOGLE_API_KEY",
+                "GOOGLE_GEMINI_BASE_URL",
+                "GOOGLE_GENAI_USE_VERTEXAI",
+                "GOOGLE_CLOUD_PROJECT",
+                "GOOGLE_CLOUD_PROJECT_ID",
+            ),
             backends=["gemini"],
             gemini={"bin": str(GEMINI)},
             pass_env=["CODE_ASSIST_ENDPOINT"],
@@ -476,3 +492,71 @@ async def test_gemini_login_gone_is_login_expired(gemini_run: Run) -> None:
     assert creds["refresh_token"] == "1//rt-0"  # left alone
     codes = gemini_run.token.codes
     assert len(codes) <= 1 and all("@@fake" not in code for code in codes), codes
+
+
+@needs_gemini
+@pytest.mark.timeout(600)
+@pytest.mark.parametrize("personal", [True])
+@pytest.mark.parametrize("delay", [0.0])
+@pytest.mark.parametrize("launcher", ["pdeathsig"])
+async def test_gemini_personal_google_login_refused_as_ineligible(gemini_run: Run) -> None:
+    """Since 2026-06-18 Code Assist answers a personal Google account (AI Pro, Ultra, free)
+    with an ineligible tier (``UNSUPPORTED_CLIENT``; the fake answers as the real service does,
+    tests/data/real-cli/gemini-0.61.0-code-assist-ineligible.md), and 0.61.0 ends the ACP
+    ``session/new`` with Google's reason. On every wire format, through the official SDKs with
+    their default retries: 503 ``cli_auth_failed``, ``x-should-retry: false``, a message that
+    gives Google's reason and says what still works; one CLI run per request (no retry by the
+    gateway nor the SDK)."""
+    run = gemini_run
+    assist = run.assist  # type: ignore[attr-defined]
+    base = run.served.base_url
+    content = "say hi" + fake(answer="never")
+    model = "gemini-2.5-flash"
+
+    def runs() -> int:  # each CLI run sets up Code Assist, then onboards, then gives up
+        return sum(1 for path in assist.paths if path.endswith(":onboardUser"))
+
+    def check(status: int, body: object, retry: str | None, kind: str = "cli_auth_failed") -> None:
+        """``kind``: OpenAI's ``code``; Anthropic's format has none, its 503 is ``api_error``
+        (docs/anthropic-api.md)."""
+        assert (status, retry) == (503, "false"), (status, retry, body)
+        assert isinstance(body, dict), body
+        error = body.get("error", body)  # OpenAI's body is the error; Anthropic's wraps it
+        assert isinstance(error, dict), body
+        text = str(error.get("message"))
+        assert error.get("code", error.get("type")) == kind, body
+        assert "no longer supported for Gemini Code Assist for individuals" in text, text
+        for works in ("GEMINI_API_KEY", "Vertex AI", "Standard or Enterprise", "copilot/gemini-"):
+            assert works in text, text
+
+    openai_client = openai.AsyncOpenAI(base_url=base, api_key="test")  # default retries: 2
+    anthropic_client = anthropic.AsyncAnthropic(base_url=base.removesuffix("/v1"), api_key="test")
+    per_run = 0
+    try:
+        with pytest.raises(openai.InternalServerError) as chat:
+            await openai_client.chat.completions.create(
+                model=model, messages=[{"role": "user", "content": content}]
+            )
+        check(chat.value.status_code, chat.value.body, chat.value.response.headers.get(RETRY))
+        per_run = runs()
+        assert per_run >= 1, assist.paths  # the CLI reached the fake Code Assist
+        with pytest.raises(openai.InternalServerError) as responses:
+            await openai_client.responses.create(model=model, input=content)
+        r = responses.value
+        check(r.status_code, r.body, r.response.headers.get(RETRY))
+        assert runs() == 2 * per_run, assist.paths
+        with pytest.raises(anthropic.InternalServerError) as messages:
+            await anthropic_client.messages.create(
+                model=model, max_tokens=64, messages=[{"role": "user", "content": content}]
+            )
+        m = messages.value
+        check(m.status_code, m.body, m.response.headers.get(RETRY), "api_error")
+        assert runs() == 3 * per_run, assist.paths
+    finally:
+        await openai_client.close()
+        await anthropic_client.close()
+    assert set(assist.bearers) == {run.token.access}, assist.bearers  # the login was sent
+    assert not any(p.endswith("GenerateContent") for p in assist.paths), assist.paths
+
+
+RETRY = "x-should-retry"

@@ -17,7 +17,11 @@ Then stdin is closed and the CLI exits (~0.5 s). A "Login with Google" whose ref
 refused never reaches the protocol: the CLI starts its interactive login instead, printing
 the authorization URL on stdout before any JSON-RPC answer, then reads a code from stdin and
 waits there (capture gemini-0.61.0-acp-refresh-invalid-grant): that line ends the call as
-``login_expired``. A request from the CLI is never granted:
+``login_expired``. A Google login that Code Assist refuses as ineligible (every personal
+account since 2026-06-18: ``UNSUPPORTED_CLIENT``) comes back as the ``session/new`` error
+(-32000) whose message is Google's reason (capture gemini-0.61.0-code-assist-ineligible): the
+call fails as ``cli_auth_failed``, its message naming what still works (``login.py``). A
+request from the CLI is never granted:
 ``session/request_permission`` is answered ``cancelled``, anything else with a JSON-RPC
 error. The seal is the workspace settings (no core tools): with a tool enabled, 0.61.0 ran
 ``run_shell_command`` and ``write_file`` without asking permission at all, so a tool that

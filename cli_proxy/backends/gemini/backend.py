@@ -11,9 +11,10 @@ from cli_proxy.backends.base import (
     Backend,
     BackendOptions,
     LaunchOptions,
+    LoginState,
     load_json_line,
 )
-from cli_proxy.backends.gemini.login import gemini_login
+from cli_proxy.backends.gemini.login import gemini_login, personal_login_warning
 from cli_proxy.backends.gemini.parser import GeminiParser
 from cli_proxy.backends.gemini.rpc import (
     ACP_PREFIX,
@@ -170,6 +171,18 @@ class GeminiBackend(Backend):
     def login(self, user_home: str, env: Mapping[str, str]) -> Login | None:
         real = Path(user_home) / ".gemini"
         return gemini_login(real / "oauth_creds.json", _auth_type(real / "settings.json"), env)
+
+    @classmethod
+    def login_state(cls, env: Mapping[str, str], home: Path, drop: frozenset[str]) -> LoginState:
+        """Doctor's login fact, with a warning when it is only a personal Google login (no
+        key, Vertex AI or Code Assist project): Code Assist refuses those since 2026-06-18."""
+        state = super().login_state(env, home, drop)
+        creds = home / ".gemini" / "oauth_creds.json"
+        auth = _auth_type(home / ".gemini" / "settings.json")
+        warning = personal_login_warning(auth, creds.is_file(), env, drop)
+        if warning is None:
+            return state
+        return LoginState(state.present, state.detail, warning)
 
     def new_parser(self, prompt: Prompt, request: ChatCompletionRequest) -> GeminiParser:
         return GeminiParser(prompt_blocks(prompt), request.model)

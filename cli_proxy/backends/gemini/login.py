@@ -3,6 +3,7 @@ CLI), or an API key / Vertex AI (nothing to refresh)."""
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from pathlib import Path
 
@@ -12,6 +13,69 @@ RELOGIN = "gemini, then choose Login with Google"
 """The command that logs gemini in again, named in a ``login_expired`` error."""
 
 OAUTH_TYPES = ("oauth-personal", "cloud-shell")
+
+# What still serves the gemini backend since 2026-06-18, when Code Assist stopped serving the
+# Gemini CLI to individual Google accounts (tests/data/real-cli/gemini-0.61.0-code-assist-
+# ineligible.md): named in the refusal's error and in doctor's and /status's warning.
+STILL_WORKS = (
+    "what still works: a Gemini API key (GEMINI_API_KEY), Vertex AI "
+    "(GOOGLE_GENAI_USE_VERTEXAI=true with GOOGLE_CLOUD_PROJECT and GOOGLE_CLOUD_LOCATION, or "
+    "GOOGLE_API_KEY), a Gemini Code Assist Standard or Enterprise licence (Login with Google "
+    "plus GOOGLE_CLOUD_PROJECT), or the copilot backend for Gemini models (copilot/gemini-...)"
+)
+PERSONAL_REFUSED = (
+    "since 2026-06-18 Google refuses the Gemini CLI for individual Google accounts (Google AI "
+    "Pro, Ultra and the free tier of Gemini Code Assist for individuals)"
+)
+# Variables that make gemini serve with something other than a personal Google login (a key,
+# Vertex AI, or the Code Assist Standard/Enterprise project of a Google login).
+NOT_PERSONAL_VARS = (
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_PROJECT_ID",
+)
+
+
+# Code Assist's refusal of a Google account's tier, as 0.61.0 passes it on: the ineligible
+# tier's ``reasonMessage`` as the ACP error of ``session/new`` (code -32000; capture
+# gemini-0.61.0-code-assist-ineligible). The older reasons (location, age, account type) say
+# "not eligible for Gemini Code Assist".
+INELIGIBLE = re.compile(
+    r"no longer supported for Gemini Code Assist|not eligible for Gemini Code Assist|"
+    r"IneligibleTierError",
+    re.I,
+)
+
+
+def ineligible_message(reason: str) -> str:
+    """The ``cli_auth_failed`` message for a Google login Code Assist refuses as ineligible:
+    Google's reason, then what still serves this backend."""
+    return (
+        f"gemini's Google login was refused by Gemini Code Assist: {reason.strip()} "
+        f"({PERSONAL_REFUSED}; not your API key, and retrying will not help); {STILL_WORKS}"
+    )
+
+
+def personal_login_warning(
+    auth_type: str | None, has_oauth_file: bool, env: Mapping[str, str], drop: frozenset[str]
+) -> str | None:
+    """Doctor's and /status's warning when gemini would serve with nothing but a personal
+    "Login with Google" (no key, no Vertex AI, no Code Assist project), which Code Assist now
+    refuses as ineligible; None otherwise. ``auth_type``: the user's ``selectedType``."""
+    if not has_oauth_file or auth_type not in (None, "oauth-personal"):
+        return None
+    if env.get("GOOGLE_GENAI_USE_VERTEXAI", "").lower() in ("true", "1") and (
+        "GOOGLE_GENAI_USE_VERTEXAI" not in drop
+    ):
+        return None
+    if any(env.get(var) and var not in drop for var in NOT_PERSONAL_VARS):
+        return None
+    return (
+        f"only a Google login and no key: {PERSONAL_REFUSED}, so unless this account has a "
+        f"Code Assist Standard/Enterprise licence, calls fail with cli_auth_failed; "
+        f"{STILL_WORKS}"
+    )
 
 
 def gemini_login(creds: Path, auth_type: str | None, env: Mapping[str, str]) -> Login | None:

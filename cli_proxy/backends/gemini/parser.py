@@ -17,7 +17,7 @@ from cli_proxy.backends.base import (
     load_json_line,
     login_expired_message,
 )
-from cli_proxy.backends.gemini.login import RELOGIN
+from cli_proxy.backends.gemini.login import INELIGIBLE, RELOGIN, ineligible_message
 from cli_proxy.backends.gemini.quota import quota_failure
 from cli_proxy.backends.gemini.rpc import (
     INITIALIZE,
@@ -180,7 +180,9 @@ class GeminiParser(StreamParser):
         message = message or "gemini reported an error"
         failure = classify_failure(message, RELOGIN)
         code = error.get("code")
-        if _NOT_FOUND.search(message):
+        if INELIGIBLE.search(message):  # Code Assist refuses this Google account's tier
+            failure = Failure(FailureKind.AUTH, ineligible_message(message))
+        elif _NOT_FOUND.search(message):
             failure = Failure(FailureKind.BAD_REQUEST, message)
         elif isinstance(code, int) and 400 <= code < 600 and code != 500:
             failure = Failure(kind_for_status(code, failure.kind), message, failure.retry_after_s)
