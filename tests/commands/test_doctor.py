@@ -102,6 +102,75 @@ def test_ready(tmp_path: Path) -> None:
     assert SECRET not in out
 
 
+def google_login(home: Path, auth: str | None = "oauth-personal") -> None:
+    """A "Login with Google" in ``home`` (``auth``: the settings' ``selectedType``)."""
+    gemini = home / ".gemini"
+    gemini.mkdir(parents=True, exist_ok=True)
+    (gemini / "oauth_creds.json").write_text(json.dumps({"refresh_token": SECRET}))
+    if auth is not None:
+        settings = {"security": {"auth": {"selectedType": auth}}}
+        (gemini / "settings.json").write_text(json.dumps(settings))
+
+
+def test_a_personal_google_login_alone_is_warned_of(tmp_path: Path) -> None:
+    """Since 2026-06-18 Code Assist refuses the Gemini CLI for personal Google accounts: with
+    only such a login, doctor says so under gemini's line and names what still works."""
+    google_login(tmp_path / "home")
+    status, out, lines = doctor(tmp_path, *FAKES)
+    assert status == 0 and re.match(
+        r"gemini +ready .*login: ~/.gemini/oauth_creds.json$", lines["gemini"]
+    )
+    rows = out.splitlines()
+    warning = rows[rows.index(lines["gemini"]) + 1]
+    assert re.match(r" +warning +only a Google login and no key: since 2026-06-18", warning)
+    for works in ("GEMINI_API_KEY", "Vertex AI", "Standard or Enterprise", "copilot/gemini-"):
+        assert works in warning, warning
+    assert SECRET not in out
+
+
+@pytest.mark.parametrize(
+    "env",
+    [
+        {"GEMINI_API_KEY": SECRET},
+        {"GOOGLE_API_KEY": SECRET},
+        {"GOOGLE_GENAI_USE_VERTEXAI": "true"},
+        {"GOOGLE_CLOUD_PROJECT": "my-project"},  # Code Assist Standard/Enterprise
+    ],
+)
+def test_a_google_login_with_a_key_or_a_project_is_not_warned_of(
+    tmp_path: Path, env: dict[str, str]
+) -> None:
+    google_login(tmp_path / "home")
+    _, out, _ = doctor(tmp_path, *FAKES, **env)
+    assert "warning" not in out and SECRET not in out
+
+
+@pytest.mark.parametrize(
+    ("auth", "env", "warned"),
+    [
+        ("oauth-personal", {}, True),
+        (None, {}, True),  # no auth type chosen: the login file is what gemini would use
+        ("gemini-api-key", {}, False),
+        ("vertex-ai", {}, False),
+        ("oauth-personal", {"GOOGLE_CLOUD_PROJECT_ID": "p"}, False),
+        ("oauth-personal", {"GOOGLE_GENAI_USE_VERTEXAI": "false"}, True),
+    ],
+)
+def test_gemini_login_state_warning(
+    tmp_path: Path, auth: str | None, env: dict[str, str], warned: bool
+) -> None:
+    google_login(tmp_path, auth)
+    state = login_state("gemini", env, tmp_path, frozenset())
+    assert state.present and state.detail == "~/.gemini/oauth_creds.json"
+    assert (state.warning is not None) is warned, state
+    # a key the gateway drops is no key: the warning stays
+    dropped = login_state(
+        "gemini", {"GEMINI_API_KEY": "k"}, tmp_path, frozenset({"GEMINI_API_KEY"})
+    )
+    assert (dropped.warning is not None) is (auth in (None, "oauth-personal"))
+    assert login_state("gemini", {}, tmp_path / "nobody", frozenset()).warning is None
+
+
 def test_a_key_the_gateway_drops_is_no_login(tmp_path: Path) -> None:
     status, _, lines = doctor(
         tmp_path, *FAKES, ANTHROPIC_API_KEY=SECRET, CLI_PROXY_DROP_ENV="ANTHROPIC_API_KEY"

@@ -6,6 +6,7 @@ no prompt or answer ever is, and that its memory of requests stays at 50."""
 from __future__ import annotations
 
 import base64
+import json
 import threading
 import time
 from html.parser import HTMLParser
@@ -191,6 +192,49 @@ async def test_logins_show_kind_file_and_expiry_never_a_token(
     text, _ = await get_status(served)
     assert "access token expired 20 min ago" in text
     assert "SECRET" not in text
+
+
+KEYLESS_GEMINI = (
+    "GEMINI_API_KEY",
+    "GOOGLE_API_KEY",
+    "GOOGLE_GENAI_USE_VERTEXAI",
+    "GOOGLE_CLOUD_PROJECT",
+    "GOOGLE_CLOUD_PROJECT_ID",
+)
+
+
+@pytest.mark.parametrize("key", [None, "GEMINI_API_KEY", "GOOGLE_CLOUD_PROJECT"])
+async def test_a_personal_google_login_alone_is_warned_of(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str | None
+) -> None:
+    """gemini with only a personal "Login with Google" (refused by Code Assist since
+    2026-06-18): the card warns and names what still works; a key or a Code Assist project
+    (Standard/Enterprise) takes the warning away."""
+    for var in KEYLESS_GEMINI:
+        monkeypatch.delenv(var, raising=False)
+    if key is not None:
+        monkeypatch.setenv(key, "SECRET-KEY" if key.endswith("KEY") else "my-project")
+    monkeypatch.setenv("HOME", str(tmp_path))
+    gemini = tmp_path / ".gemini"
+    gemini.mkdir()
+    (gemini / "settings.json").write_text(
+        '{"security": {"auth": {"selectedType": "oauth-personal"}}}'
+    )
+    expires_ms = (time.time() + 3600) * 1000
+    creds = {"access_token": "ya29.SECRET", "refresh_token": "1//SECRET", "expiry_date": expires_ms}
+    (gemini / "oauth_creds.json").write_text(json.dumps(creds))
+    served = await serve()
+    text = await status_with_versions(served)
+    assert "SECRET" not in text
+    if key is not None:
+        assert 'data-warning="gemini"' not in text
+        return
+    warning = text[text.index('<dt>warning</dt><dd class="warn" data-warning="gemini">') :]
+    warning = warning[: warning.index("</dd>")]
+    assert "only a Google login and no key: since 2026-06-18" in warning
+    for works in ("GEMINI_API_KEY", "Vertex AI", "Standard or Enterprise", "copilot/gemini-"):
+        assert works in warning, warning
+    assert 'data-warning="claude"' not in text
 
 
 async def test_views_are_cheap_the_binaries_are_probed_once(
