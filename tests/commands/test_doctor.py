@@ -129,31 +129,45 @@ def test_a_personal_google_login_alone_is_warned_of(tmp_path: Path) -> None:
 
 
 @pytest.mark.parametrize(
-    "env",
+    ("auth", "env"),
     [
-        {"GEMINI_API_KEY": SECRET},
-        {"GOOGLE_API_KEY": SECRET},
-        {"GOOGLE_GENAI_USE_VERTEXAI": "true"},
-        {"GOOGLE_CLOUD_PROJECT": "my-project"},  # Code Assist Standard/Enterprise
+        ("gemini-api-key", {"GEMINI_API_KEY": SECRET}),
+        (None, {"GEMINI_API_KEY": SECRET}),  # no auth type selected: gemini takes the key
+        ("vertex-ai", {"GOOGLE_GENAI_USE_VERTEXAI": "true", "GOOGLE_API_KEY": SECRET}),
+        ("oauth-personal", {"GOOGLE_CLOUD_PROJECT": "my-project"}),  # Code Assist Standard
     ],
 )
-def test_a_google_login_with_a_key_or_a_project_is_not_warned_of(
-    tmp_path: Path, env: dict[str, str]
+def test_a_key_or_a_code_assist_project_is_not_warned_of(
+    tmp_path: Path, auth: str | None, env: dict[str, str]
 ) -> None:
-    google_login(tmp_path / "home")
+    google_login(tmp_path / "home", auth)
     _, out, _ = doctor(tmp_path, *FAKES, **env)
     assert "warning" not in out and SECRET not in out
+
+
+def test_a_key_that_a_selected_google_login_ignores_is_warned_of(tmp_path: Path) -> None:
+    """Over ACP gemini authenticates as the settings select: with Login with Google selected,
+    GEMINI_API_KEY is ignored and the personal login refused all the same (measured on
+    0.61.0), so the key alone does not take the warning away."""
+    google_login(tmp_path / "home")
+    _, out, _ = doctor(tmp_path, *FAKES, GEMINI_API_KEY=SECRET)
+    (warning,) = [ln for ln in out.splitlines() if re.match(r" +warning ", ln)]
+    assert "GEMINI_API_KEY set, but ~/.gemini/settings.json selects Login with Google" in warning
+    assert "selectedType" in warning and "gemini-api-key" in warning
+    assert SECRET not in out
 
 
 @pytest.mark.parametrize(
     ("auth", "env", "warned"),
     [
         ("oauth-personal", {}, True),
-        (None, {}, True),  # no auth type chosen: the login file is what gemini would use
+        (None, {}, True),  # no auth type and no key: nothing gemini can serve with
         ("gemini-api-key", {}, False),
         ("vertex-ai", {}, False),
         ("oauth-personal", {"GOOGLE_CLOUD_PROJECT_ID": "p"}, False),
-        ("oauth-personal", {"GOOGLE_GENAI_USE_VERTEXAI": "false"}, True),
+        ("oauth-personal", {"GEMINI_API_KEY": "k"}, True),  # ignored: Google login selected
+        (None, {"GOOGLE_API_KEY": "k"}, False),
+        (None, {"GOOGLE_GENAI_USE_VERTEXAI": "false"}, True),
     ],
 )
 def test_gemini_login_state_warning(
@@ -163,9 +177,9 @@ def test_gemini_login_state_warning(
     state = login_state("gemini", env, tmp_path, frozenset())
     assert state.present and state.detail == "~/.gemini/oauth_creds.json"
     assert (state.warning is not None) is warned, state
-    # a key the gateway drops is no key: the warning stays
+    # a variable the gateway drops is not given to gemini: it takes no warning away
     dropped = login_state(
-        "gemini", {"GEMINI_API_KEY": "k"}, tmp_path, frozenset({"GEMINI_API_KEY"})
+        "gemini", {"GOOGLE_CLOUD_PROJECT": "p"}, tmp_path, frozenset({"GOOGLE_CLOUD_PROJECT"})
     )
     assert (dropped.warning is not None) is (auth in (None, "oauth-personal"))
     assert login_state("gemini", {}, tmp_path / "nobody", frozenset()).warning is None

@@ -203,17 +203,17 @@ KEYLESS_GEMINI = (
 )
 
 
-@pytest.mark.parametrize("key", [None, "GEMINI_API_KEY", "GOOGLE_CLOUD_PROJECT"])
+@pytest.mark.parametrize("key", [None, "GOOGLE_CLOUD_PROJECT"])
 async def test_a_personal_google_login_alone_is_warned_of(
     serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, key: str | None
 ) -> None:
     """gemini with only a personal "Login with Google" (refused by Code Assist since
-    2026-06-18): the card warns and names what still works; a key or a Code Assist project
+    2026-06-18): the card warns and names what still works; a Code Assist project
     (Standard/Enterprise) takes the warning away."""
     for var in KEYLESS_GEMINI:
         monkeypatch.delenv(var, raising=False)
     if key is not None:
-        monkeypatch.setenv(key, "SECRET-KEY" if key.endswith("KEY") else "my-project")
+        monkeypatch.setenv(key, "my-project")
     monkeypatch.setenv("HOME", str(tmp_path))
     gemini = tmp_path / ".gemini"
     gemini.mkdir()
