@@ -23,7 +23,7 @@ CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
 	@echo "make test      run the test suite"
-	@echo "make lint      ruff + mypy --strict"
+	@echo "make lint      ruff + mypy --strict + lint-imports (the folders stay layers)"
 	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-, capacity-results.json"
 	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
 	@echo "make wheel     build dist/cli_proxy-*.whl (fixtures included; pipx/uv tool install it)"
@@ -66,6 +66,7 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check cli_proxy tests bench scripts
 	$(VENV)/bin/ruff format --check cli_proxy tests bench scripts
 	$(VENV)/bin/mypy --strict cli_proxy
+	$(VENV)/bin/lint-imports
 
 check: lint test
 
