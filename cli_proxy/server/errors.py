@@ -1,8 +1,8 @@
 """Errors at the HTTP edge: ``APIError`` (status, code, message, param, headers: no wire
-format yet), the one mapping from domain failures (``failures.py``) to it, and its OpenAI
-body. Each wire format renders an ``APIError`` as its own body (``openai_body`` here; the
-Anthropic Messages API's in ``wire/anthropic.py``); nothing below this layer names a
-status."""
+format yet) and the one mapping from domain failures (``failures.py``) to it, as httpx maps
+its transport's exceptions once. Each wire format's table entry renders an ``APIError`` as
+its own status and body (``WireFormat.error_status`` / ``error_body``; after a stream's head
+``Format.fail``); nothing below this layer names a status."""
 
 from __future__ import annotations
 
@@ -22,7 +22,6 @@ from cli_proxy.failures import (
     ShuttingDown,
     SlotsBusy,
 )
-from cli_proxy.protocol import ErrorBody, ErrorDetail
 
 _TYPES = {
     400: "invalid_request_error",
@@ -63,10 +62,6 @@ class APIError(Exception):
         self.param = param
         self.code = code
         self.headers = headers or {}
-
-    def body(self) -> dict[str, Any]:
-        detail = ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
-        return ErrorBody(error=detail).model_dump()
 
 
 # what each CLI-reported failure is to an OpenAI client: (status, code)

@@ -19,7 +19,8 @@ from cli_proxy.read.reply import (
 )
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.sse import encode
+from cli_proxy.server.sse import KEEPALIVE, SSE_MEDIA_TYPE, encode
+from cli_proxy.server.wire.chat import error_body
 from cli_proxy.server.wire.responses import ResponsesRequest
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -40,6 +41,9 @@ class ResponsesFormat:
     stream accumulators accept. A reasoning item (its ``summary`` as one ``summary_text``
     part) is part of the answer only when the request asks for a summary
     (``reasoning.summary``), as with OpenAI's own reasoning models."""
+
+    media_type = SSE_MEDIA_TYPE
+    keepalive = KEEPALIVE
 
     def __init__(
         self, req: ResponsesRequest, chat: ChatCompletionRequest, ids: ResponseIds
@@ -298,7 +302,9 @@ class ResponsesFormat:
         final = self._response(answer, "failed", Usage(), err)
         return [
             self._event("response.failed", response=final),
-            self._event("error", code=err.code, message=err.message, param=err.param, **err.body()),
+            self._event(
+                "error", code=err.code, message=err.message, param=err.param, **error_body(err)
+            ),
         ]
 
 

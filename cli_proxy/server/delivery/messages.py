@@ -1,5 +1,6 @@
-"""Anthropic's Messages API: a Message, or its event stream (``message_start`` ...
-``message_stop``), read from the same ``Answer`` as the other formats."""
+"""Anthropic's Messages API (the ``messages`` format): a Message, or its event stream
+(``message_start`` ... ``message_stop``), read from the same ``Answer`` as the other
+formats."""
 
 from __future__ import annotations
 
@@ -12,7 +13,8 @@ from cli_proxy.protocol import Usage
 from cli_proxy.read.reply import AnswerEvent, ContentDelta, ReasoningDelta, ToolCallArgs
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.wire.anthropic import MessagesRequest, error_body, thinking_shown
+from cli_proxy.server.sse import KEEPALIVE, SSE_MEDIA_TYPE
+from cli_proxy.server.wire.messages import MessagesRequest, error_body, thinking_shown
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
@@ -62,6 +64,9 @@ class MessagesFormat:
     the stop reason and usage; ``message_stop``. Reasoning is a ``thinking`` block when the
     request asks for thinking; its ``signature`` is empty (the gateway has none to give, and
     thinking sent back is not shown to the model)."""
+
+    media_type = SSE_MEDIA_TYPE
+    keepalive = KEEPALIVE
 
     def __init__(self, req: MessagesRequest, ids: ResponseIds) -> None:
         self.model = req.model

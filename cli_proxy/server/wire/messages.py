@@ -3,15 +3,19 @@ its error body.
 
 Claude Code (``ANTHROPIC_BASE_URL``), the ``anthropic`` SDKs, LiteLLM's ``anthropic/``
 provider and Agent-SDK apps speak ``POST /v1/messages``. A request is validated here and
-converted into a ``ChatCompletionRequest`` (pure), so it runs through the very same prompt ->
-CLI -> answer-event pipeline; ``delivery/anthropic.py`` rebuilds the answer as a Message or
-its event stream. What each field becomes, and what is refused and why: docs/anthropic-api.md.
+converted into a ``ChatCompletionRequest`` (pure), so it runs through the very same prompt
+-> CLI -> answer-event pipeline; ``delivery/messages.py`` rebuilds the answer as a Message
+or its event stream. This module also holds what the edge writes for the API (error body,
+model shape, OpenAPI paths) for its entry in ``formats.py``. What each field becomes, and
+what is refused and why: docs/anthropic-api.md.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -24,7 +28,10 @@ from pydantic import (
 )
 
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
+from cli_proxy.server import apidoc
 from cli_proxy.server.errors import APIError, dotted, from_validation_error
+from cli_proxy.server.wire.chat import ModelCard
+from cli_proxy.server.wireformat import under
 
 # ------------------------------------------------------------------ request models
 
@@ -212,7 +219,7 @@ M = TypeVar("M", bound=BaseModel)
 _UNION_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
 
-def validated(model: type[M], data: Any) -> M:
+def checked(model: type[M], data: Any) -> M:
     """``model`` from request data, or the 400 naming the field as the client sent it (the
     most specific of pydantic's errors: a bad block rather than "not a string")."""
     try:
@@ -567,3 +574,128 @@ def error_body(err: APIError) -> dict[str, Any]:
     if err.param and err.param not in message:
         message = f"{err.param}: {message}"
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+# ------------------------------------------------------------------ what the edge writes
+
+
+def model_list(cards: list[ModelCard]) -> dict[str, Any]:
+    """The models as Anthropic's ``GET /v1/models`` lists them (the anthropic SDK's
+    ``models.list()``, which sends ``anthropic-version``)."""
+    data = [model_card(c) for c in cards]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
+def model_card(card: ModelCard) -> dict[str, Any]:
+    """A model as Anthropic's ``GET /v1/models`` lists one."""
+    created = datetime.fromtimestamp(card.created, UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "type": "model",
+        "id": card.id,
+        "display_name": card.id,
+        "created_at": created,
+        "lifecycle": "active",
+    }
+
+
+def models_claim(headers: Mapping[str, str]) -> bool:
+    """The anthropic SDK's model requests carry ``anthropic-version``."""
+    return "anthropic-version" in headers
+
+
+_OWN_PATHS = under("/v1/messages", "/messages")
+_MODEL_PATHS = under("/v1/models", "/models")
+
+
+def claims(path: str, headers: Mapping[str, str]) -> bool:
+    """Errors in this API's body: on ``/v1/messages*`` (and ``/messages*``), and on the models
+    paths when the request carries ``anthropic-version``."""
+    return _OWN_PATHS(path) or (models_claim(headers) and _MODEL_PATHS(path))
+
+
+class AnthropicMessage(BaseModel):
+    """Anthropic's Messages API answer (``delivery/messages.py``); content blocks are
+    ``text``, ``tool_use`` (``input`` an object) and, when asked for, ``thinking``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[dict[str, Any]]
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None
+    stop_sequence: str | None
+    usage: dict[str, int]
+
+
+class AnthropicStreamEvent(BaseModel):
+    """One event of a streamed Message: its ``type`` is also the SSE ``event:`` name
+    (message_start, content_block_start, ping, content_block_delta, content_block_stop,
+    message_delta, message_stop; or error)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+
+class TokenCount(BaseModel):
+    """``POST /v1/messages/count_tokens``: an estimate (docs/anthropic-api.md)."""
+
+    input_tokens: int
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicErrorBody(BaseModel):
+    """Every error on the Messages API's paths."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+
+
+OPENAPI_MODELS: apidoc.ModelSchemas = (
+    (MessagesRequest, "validation"),
+    (CountTokensRequest, "validation"),
+    (AnthropicMessage, "serialization"),
+    (AnthropicStreamEvent, "serialization"),
+    (TokenCount, "serialization"),
+    (AnthropicErrorBody, "serialization"),
+)
+_CALL_ERRORS = (*apidoc.CALL_ERRORS, 529)
+
+
+def openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+    """``/v1/messages`` and ``/v1/messages/count_tokens``."""
+    error = ref[AnthropicErrorBody]
+    return {
+        "/v1/messages": apidoc.call(
+            ref,
+            "createMessage",
+            "Create a message (Anthropic's Messages API, on the same pipeline; "
+            "docs/anthropic-api.md)",
+            (MessagesRequest, AnthropicMessage),
+            "Anthropic's events ('event: message_start' ... 'event: message_stop'); a failure "
+            "after the first event is an 'error' event",
+            apidoc.sse(apidoc.json_text(ref[AnthropicStreamEvent]), {"type": "string"}),
+            apidoc.errors(_CALL_ERRORS, error),
+        ),
+        "/v1/messages/count_tokens": apidoc.post(
+            "countTokens",
+            "Estimate the input tokens of a Messages request (nothing runs)",
+            ref[CountTokensRequest],
+            apidoc.answer(
+                "The estimate: the rendered prompt's characters / 4",
+                {apidoc.JSON: {"schema": ref[TokenCount]}},
+            ),
+            apidoc.errors(apidoc.COUNT_ERRORS, error),
+        ),
+    }
