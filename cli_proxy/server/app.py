@@ -108,9 +108,9 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
 
 
 def _presented_keys(request: web.Request) -> list[bytes]:
-    """The keys a request presents: ``Authorization: Bearer`` (OpenAI clients, the
-    anthropic SDKs), ``x-api-key`` (Claude Code, LiteLLM's anthropic provider), and the
-    sources the request's own API adds (``WireFormat.credentials``)."""
+    """The keys a request presents: ``Authorization: Bearer`` and ``x-api-key`` on every
+    path (the clients of the first APIs served send one or the other), and the sources the
+    request's own API adds (``WireFormat.credentials``)."""
     out = [
         key.strip().encode("utf-8", "surrogateescape")
         for key in format_for(request.path, request.headers).credentials(request)
@@ -162,7 +162,7 @@ async def ready(request: web.Request) -> web.Response:
     return json_response({"status": "ready", "running": gw.supervisor.running})
 
 
-async def scrape(request: web.Request) -> web.Response:
+async def serve_metrics(request: web.Request) -> web.Response:
     """Prometheus text exposition (prometheus-client); needs the API key when one is set."""
     body = request.app[METRICS].scrape()
     return web.Response(body=body, headers={"Content-Type": METRICS_CONTENT_TYPE})
@@ -201,7 +201,7 @@ def create_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/health", health)
     app.router.add_get("/health/ready", ready)
     app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
-    app.router.add_get("/metrics", scrape)
+    app.router.add_get("/metrics", serve_metrics)
     add_status_page(app, gateway, metrics)  # GET /status: HTML for people (Basic auth too)
     app.router.add_route("HEAD", "/", head_root)  # Claude Code's reachability probe
     add_format_routes(app)

@@ -17,17 +17,18 @@ from cli_proxy.server.delivery import json_response
 from cli_proxy.server.delivery.chat import ChatFormat
 from cli_proxy.server.delivery.messages import MessagesFormat
 from cli_proxy.server.delivery.responses import ResponsesFormat
-from cli_proxy.server.errors import APIError, validated
+from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire import chat as chat_wire
 from cli_proxy.server.wire import messages as messages_wire
 from cli_proxy.server.wire import responses as responses_wire
+from cli_proxy.server.wire.fields import validated
 from cli_proxy.server.wireformat import Inbound, ModelShape, Route, WireFormat, under
 
 # ------------------------------------------------------------------ chat completions
 
 
 def _read_chat(data: dict[str, Any], request: web.Request) -> Inbound:
-    req = chat_wire.read_request(data)
+    req = chat_wire.chat_request(data)
 
     def answer(call: Call, settings: Settings) -> ChatFormat:
         return ChatFormat(req, call.plan.call.ids, settings.reasoning_output)
@@ -43,12 +44,13 @@ CHAT = WireFormat(
         Route("GET", "/models/{model:.+}", "model"),
     ),
     claims=lambda path, headers: True,
-    error_status=chat_wire.error_status,
-    error_body=chat_wire.error_body,
+    error_status=chat_wire.chat_error_status,
+    error_body=chat_wire.chat_error_body,
     log_event="chat_completion",
-    models=ModelShape(chat_wire.model_list, chat_wire.model_card),
+    models=ModelShape(chat_wire.chat_model_list, chat_wire.chat_model_card),
     openapi_models=chat_wire.OPENAPI_MODELS,
-    openapi_paths=chat_wire.openapi_paths,
+    openapi_paths=chat_wire.chat_openapi_paths,
+    error_model=chat_wire.ErrorBody,
     fallback=True,
 )
 
@@ -57,7 +59,7 @@ CHAT = WireFormat(
 
 def _read_responses(data: dict[str, Any], request: web.Request) -> Inbound:
     rreq = validated(responses_wire.ResponsesRequest, data)
-    req = responses_wire.to_chat_request(rreq)
+    req = responses_wire.responses_to_chat(rreq)
 
     def answer(call: Call, settings: Settings) -> ResponsesFormat:
         return ResponsesFormat(rreq, req, call.plan.call.ids)
@@ -69,11 +71,12 @@ RESPONSES = WireFormat(
     name="responses",
     routes=(Route("POST", "/responses", "call", _read_responses),),
     claims=lambda path, headers: under("/v1/responses", "/responses")(path),
-    error_status=chat_wire.error_status,  # OpenAI's errors
-    error_body=chat_wire.error_body,
+    error_status=chat_wire.chat_error_status,  # OpenAI's errors
+    error_body=chat_wire.chat_error_body,
     log_event="response",
     openapi_models=responses_wire.OPENAPI_MODELS,
-    openapi_paths=responses_wire.openapi_paths,
+    openapi_paths=responses_wire.responses_openapi_paths,
+    error_model=chat_wire.ErrorBody,
 )
 
 # ------------------------------------------------------------------ Messages
@@ -81,7 +84,7 @@ RESPONSES = WireFormat(
 
 def _read_message(data: dict[str, Any], request: web.Request) -> Inbound:
     mreq = messages_wire.checked(messages_wire.MessagesRequest, data)
-    chat = messages_wire.to_chat_request(mreq)
+    chat = messages_wire.messages_to_chat(mreq)
 
     def answer(call: Call, settings: Settings) -> MessagesFormat:
         return MessagesFormat(mreq, call.plan.call.ids)
@@ -91,7 +94,7 @@ def _read_message(data: dict[str, Any], request: web.Request) -> Inbound:
 
 def _read_token_count(data: dict[str, Any], request: web.Request) -> Inbound:
     creq = messages_wire.checked(messages_wire.CountTokensRequest, data)
-    chat = messages_wire.to_chat_request(creq)
+    chat = messages_wire.messages_to_chat(creq)
     return Inbound(chat.request, count=lambda n: {"input_tokens": n}, param=chat.param)
 
 
@@ -101,14 +104,15 @@ MESSAGES = WireFormat(
         Route("POST", "/messages", "call", _read_message),
         Route("POST", "/messages/count_tokens", "count", _read_token_count),
     ),
-    claims=messages_wire.claims,
-    error_status=messages_wire.error_status,
-    error_body=messages_wire.error_body,
+    claims=messages_wire.messages_claims,
+    error_status=messages_wire.messages_error_status,
+    error_body=messages_wire.messages_error_body,
     log_event="message",
-    models=ModelShape(messages_wire.model_list, messages_wire.model_card),
-    models_claim=messages_wire.models_claim,
+    models=ModelShape(messages_wire.messages_model_list, messages_wire.messages_model_card),
+    models_claim=messages_wire.messages_models_claim,
     openapi_models=messages_wire.OPENAPI_MODELS,
-    openapi_paths=messages_wire.openapi_paths,
+    openapi_paths=messages_wire.messages_openapi_paths,
+    error_model=messages_wire.AnthropicErrorBody,
 )
 
 # ------------------------------------------------------------------ the table
@@ -129,6 +133,11 @@ def register(fmt: WireFormat) -> None:
 
 def unregister(name: str) -> None:
     _TABLE[:] = [f for f in _TABLE if f.name != name]
+
+
+def fallback() -> WireFormat:
+    """The entry whose body answers paths no entry claims (the gateway's own, unknown)."""
+    return next(f for f in _TABLE if f.fallback)
 
 
 def format_for(path: str, headers: Mapping[str, str]) -> WireFormat:

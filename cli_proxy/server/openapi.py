@@ -22,9 +22,8 @@ from pydantic.json_schema import JsonSchemaMode, models_json_schema
 from cli_proxy import __version__
 from cli_proxy.backends.registry import backend_class, names
 from cli_proxy.jsonbytes import json_bytes
-from cli_proxy.server.apidoc import GET_ERRORS, JSON, answer, errors, get
-from cli_proxy.server.formats import formats
-from cli_proxy.server.wire.chat import ErrorBody
+from cli_proxy.server.apidoc import GET_ERRORS, JSON, ModelSchemas, answer, errors, get
+from cli_proxy.server.formats import fallback, formats
 from cli_proxy.server.wireformat import Refs, WireFormat
 
 REF = "#/components/schemas/{model}"
@@ -62,11 +61,10 @@ class ReadyStatus(BaseModel):
 _OWN_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (HealthStatus, "serialization"),
     (ReadyStatus, "serialization"),
-    (ErrorBody, "serialization"),
 ]
 
 
-def _backends() -> list[dict[str, Any]]:
+def _backend_facts() -> list[dict[str, Any]]:
     """What each registered backend serves, from the registry (``x-backends``)."""
     out = []
     for name in names():
@@ -85,7 +83,8 @@ def _backends() -> list[dict[str, Any]]:
 
 def _own_paths(ref: Refs) -> dict[str, Any]:
     """Health, metrics and this document (the gateway's own, in the fallback's error body)."""
-    error = ref[ErrorBody]
+    model = fallback().error_model
+    error = ref[model] if model is not None else {"type": "object"}
 
     def json_of(model: type[BaseModel]) -> dict[str, Any]:
         return {JSON: {"schema": ref[model]}}
@@ -132,7 +131,7 @@ _SECURITY_SCHEMES = {
         "type": "apiKey",
         "in": "header",
         "name": "x-api-key",
-        "description": "The same keys, as Anthropic clients send them",
+        "description": "The same keys, in the x-api-key header",
     },
 }
 
@@ -143,7 +142,8 @@ def build_document() -> dict[str, Any]:
     table = formats()
     models: list[tuple[type[BaseModel], JsonSchemaMode]] = [*_OWN_MODELS]
     for fmt in table:
-        models += [m for m in fmt.openapi_models if m not in models]
+        own_error: ModelSchemas = ((fmt.error_model, "serialization"),) if fmt.error_model else ()
+        models += [m for m in [*fmt.openapi_models, *own_error] if m not in models]
     schemas, top = models_json_schema(models, ref_template=REF)
     ref = {model: schemas[(model, mode)] for model, mode in models}
     paths: dict[str, Any] = {}
@@ -161,7 +161,7 @@ def build_document() -> dict[str, Any]:
             "come in the body of the path's own API (each path lists its error schema); "
             'elsewhere {"error": {message, type, param, code}}.',
         },
-        "x-backends": _backends(),
+        "x-backends": _backend_facts(),
         "paths": {**paths, **_own_paths(ref)},
         "components": {"schemas": top.get("$defs", {}), "securitySchemes": _SECURITY_SCHEMES},
         "security": [{"bearer": []}, {"apiKey": []}, {}],

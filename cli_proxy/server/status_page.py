@@ -104,7 +104,7 @@ def render(
         f"{e(time.strftime(':%S', time.localtime(now)))} {e(tz)} · "
         f"reloads every {REFRESH_S} s</p>",
         "</header><main>",
-        _backends(gw, metrics, live, reports, now),
+        _backend_sections(gw, metrics, live, reports, now),
         _gateway(gw, metrics),
         _recent(metrics.calls.last(), now),
         "</main></body></html>",
@@ -167,7 +167,7 @@ h4 { font-size: 13px; font-weight: 500; color: var(--muted); margin: 10px 0 4px;
 """
 
 
-def _backends(
+def _backend_sections(
     gw: Gateway,
     metrics: Metrics,
     live: LiveBackends | None,

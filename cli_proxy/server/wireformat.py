@@ -95,7 +95,8 @@ class WireFormat:
     models: ModelShape | None = None
     models_claim: Callable[[Mapping[str, str]], bool] | None = None  # the shared models path
     credentials: Callable[[web.Request], list[str]] = no_credentials  # beyond Bearer, x-api-key
-    openapi_models: ModelSchemas = ()
+    openapi_models: ModelSchemas = ()  # its error body's model too (``error_model``)
+    error_model: type[BaseModel] | None = None  # the schema of ``error_body`` in OpenAPI
     openapi_paths: Callable[[Refs], dict[str, Any]] = no_paths
     fallback: bool = False  # the body of paths no entry claims (one entry is)
 

@@ -20,7 +20,7 @@ from pydantic import TypeAdapter
 
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.formats import MESSAGES, error_response
-from cli_proxy.server.wire.messages import MessagesRequest, checked, to_chat_request
+from cli_proxy.server.wire.messages import MessagesRequest, checked, messages_to_chat
 from tests.conftest import Served, ServeFactory, fake
 from tests.server.test_listener import exchange, parse
 from tests.server.test_messages import CLAUDE, CODEX, GEMINI, MODELS, WEATHER, calls, root_url
@@ -646,7 +646,7 @@ async def test_claude_codes_effort_reaches_the_cli(served: Served) -> None:
         ) as resp,
     ):
         assert resp.status == 200, await resp.text()
-    req = to_chat_request(checked(MessagesRequest, body)).request
+    req = messages_to_chat(checked(MessagesRequest, body)).request
     assert req.reasoning_effort == "high"
     argv = served.gateway.plan(req).launch.argv
     assert argv[argv.index("--effort") + 1] == "high"

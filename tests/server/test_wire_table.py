@@ -27,10 +27,11 @@ from cli_proxy.read.reply import AnswerEvent
 from cli_proxy.run.call import Call
 from cli_proxy.server import apidoc
 from cli_proxy.server.delivery import Answer, Segment
-from cli_proxy.server.errors import APIError, validated
+from cli_proxy.server.errors import APIError
 from cli_proxy.server.formats import format_for, formats, register, unregister
 from cli_proxy.server.openapi import document
 from cli_proxy.server.sse import SSE_MEDIA_TYPE
+from cli_proxy.server.wire.fields import validated
 from cli_proxy.server.wireformat import Inbound, ModelShape, Route, WireFormat, under
 from tests.conftest import ServeFactory, fake
 

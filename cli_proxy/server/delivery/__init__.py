@@ -142,7 +142,7 @@ class Format(Protocol):
 # ------------------------------------------------------------------ running a call out
 
 
-async def collect(call: Call, reasoning: bool = False) -> Answer:
+async def collect_answer(call: Call, reasoning: bool = False) -> Answer:
     """The whole answer of a call without HTTP (tests, benches, tools)."""
     answer = Answer(reasoning)
     async with contextlib.aclosing(call.events()) as events:

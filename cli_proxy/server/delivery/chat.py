@@ -21,7 +21,7 @@ from cli_proxy.server.wire.chat import (
     ResponseFunction,
     ResponseMessage,
     ResponseToolCall,
-    error_body,
+    chat_error_body,
 )
 
 
@@ -100,4 +100,4 @@ class ChatFormat:
         return [*out, DONE]
 
     def fail(self, answer: Answer, err: APIError) -> list[bytes]:
-        return [encode(error_body(err))]
+        return [encode(chat_error_body(err))]

@@ -20,7 +20,7 @@ from cli_proxy.read.reply import (
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.sse import KEEPALIVE, SSE_MEDIA_TYPE, encode
-from cli_proxy.server.wire.chat import error_body
+from cli_proxy.server.wire.chat import chat_error_body
 from cli_proxy.server.wire.responses import ResponsesRequest
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -31,7 +31,7 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def encode_event(event: dict[str, Any]) -> bytes:
+def response_event(event: dict[str, Any]) -> bytes:
     """A typed Responses event: its ``event:`` line, then the usual ``data:`` line."""
     return f"event: {event['type']}\n".encode() + encode(event)
 
@@ -153,7 +153,7 @@ class ResponsesFormat:
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
-        return encode_event(event)
+        return response_event(event)
 
     def head(self) -> list[bytes]:
         snapshot = self._response(None, "in_progress", Usage())
@@ -303,7 +303,7 @@ class ResponsesFormat:
         return [
             self._event("response.failed", response=final),
             self._event(
-                "error", code=err.code, message=err.message, param=err.param, **error_body(err)
+                "error", code=err.code, message=err.message, param=err.param, **chat_error_body(err)
             ),
         ]
 

@@ -12,7 +12,8 @@ from pydantic import BaseModel
 
 from cli_proxy.protocol import ChatCompletionRequest, Usage
 from cli_proxy.server import apidoc
-from cli_proxy.server.errors import APIError, validated
+from cli_proxy.server.errors import APIError
+from cli_proxy.server.wire.fields import validated
 
 
 class ResponseFunction(BaseModel):
@@ -111,25 +112,25 @@ class ChatCompletionChunk(BaseModel):
     usage: Usage | None = None  # only with stream_options.include_usage
 
 
-def error_body(err: APIError) -> dict[str, Any]:
+def chat_error_body(err: APIError) -> dict[str, Any]:
     """OpenAI's ``{"error": {message, type, param, code}}``."""
     detail = ErrorDetail(message=err.message, type=err.type, param=err.param, code=err.code)
     return ErrorBody(error=detail).model_dump()
 
 
-def error_status(err: APIError) -> int:
+def chat_error_status(err: APIError) -> int:
     return err.status
 
 
-def read_request(data: dict[str, Any]) -> ChatCompletionRequest:
+def chat_request(data: dict[str, Any]) -> ChatCompletionRequest:
     return validated(ChatCompletionRequest, data)
 
 
-def model_list(cards: list[ModelCard]) -> dict[str, Any]:
+def chat_model_list(cards: list[ModelCard]) -> dict[str, Any]:
     return ModelList(data=cards).model_dump()
 
 
-def model_card(card: ModelCard) -> dict[str, Any]:
+def chat_model_card(card: ModelCard) -> dict[str, Any]:
     return card.model_dump()
 
 
@@ -143,7 +144,7 @@ OPENAPI_MODELS: apidoc.ModelSchemas = (
 )
 
 
-def openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+def chat_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
     """``/v1/chat/completions`` and the models (in OpenAI's shape)."""
     error = ref[ErrorBody]
     chunk_events = {"anyOf": [ref[ChatCompletionChunk], error]}

@@ -29,8 +29,9 @@ from pydantic import (
 
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
 from cli_proxy.server import apidoc
-from cli_proxy.server.errors import APIError, dotted, from_validation_error
+from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire.chat import ModelCard
+from cli_proxy.server.wire.fields import dotted, from_validation_error
 from cli_proxy.server.wireformat import under
 
 # ------------------------------------------------------------------ request models
@@ -73,7 +74,7 @@ class ImageBlock(_Lenient):
 
 
 class DocumentBlock(_Lenient):
-    """Accepted by the model, refused by ``to_chat_request`` (no CLI channel carries one)."""
+    """Accepted by the model, refused by ``messages_to_chat`` (no CLI channel carries one)."""
 
     type: Literal["document"]
 
@@ -104,7 +105,7 @@ _KNOWN_TAGS += ("thinking", "redacted_thinking")
 
 class OtherBlock(_Lenient):
     """Any other block type (``server_tool_use``, ``web_search_tool_result``,
-    ``search_result``, ``container_upload``, ...): refused by name in ``to_chat_request``."""
+    ``search_result``, ``container_upload``, ...): refused by name in ``messages_to_chat``."""
 
     type: Annotated[str, Field(json_schema_extra={"not": {"enum": list(_KNOWN_TAGS)}})]
 
@@ -200,7 +201,7 @@ class MessagesRequest(_Lenient):
     top_k: int | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
-    # server-side features: refused when they would change the answer (to_chat_request)
+    # server-side features: refused when they would change the answer (messages_to_chat)
     mcp_servers: list[dict[str, Any]] | None = None
     container: str | dict[str, Any] | None = None
     context_management: dict[str, Any] | None = None
@@ -297,7 +298,7 @@ def thinking_shown(req: MessagesRequest) -> bool:
 _EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
 
 
-def to_chat_request(req: MessagesRequest) -> Translated:
+def messages_to_chat(req: MessagesRequest) -> Translated:
     """The Messages request as the gateway's one conversation model (pure)."""
     if req.mcp_servers:
         raise APIError(
@@ -335,7 +336,7 @@ def to_chat_request(req: MessagesRequest) -> Translated:
     if isinstance(user, str):
         chat["user"] = user
     if req.tools:
-        chat["tools"] = [_tool(t, i) for i, t in enumerate(req.tools)]
+        chat["tools"] = [_messages_tool(t, i) for i, t in enumerate(req.tools)]
     if req.tool_choice is not None:
         choice = req.tool_choice
         if choice.type == "tool":
@@ -351,7 +352,7 @@ def to_chat_request(req: MessagesRequest) -> Translated:
         chat["reasoning_effort"] = _EFFORT[effort]
     fmt = (req.output_config.format if req.output_config else None) or req.output_format
     if fmt is not None:
-        chat["response_format"] = _response_format(fmt)
+        chat["response_format"] = _messages_text_format(fmt)
     try:
         return Translated(ChatCompletionRequest.model_validate(chat), origins)
     except ValidationError as exc:
@@ -506,7 +507,7 @@ def _refused(block: Any, where: str, role: str) -> APIError:
     )
 
 
-def _tool(tool: ToolParam, index: int) -> dict[str, Any]:
+def _messages_tool(tool: ToolParam, index: int) -> dict[str, Any]:
     if tool.type not in (None, "custom"):
         raise APIError(
             400,
@@ -528,7 +529,7 @@ def _tool(tool: ToolParam, index: int) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
+def _messages_text_format(fmt: dict[str, Any]) -> dict[str, Any]:
     """Structured outputs (``output_config.format``): the chat ``json_schema`` format."""
     if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
         raise APIError(
@@ -557,18 +558,18 @@ _ERROR_TYPES = {
 }
 
 
-def error_status(err: APIError) -> int:
+def messages_error_status(err: APIError) -> int:
     """The status an Anthropic client gets: the gateway's, except that the CLI's provider
     being overloaded is Anthropic's 529 ``overloaded_error`` (the SDKs retry it as they
     retry every 5xx)."""
     return 529 if err.code == "cli_overloaded" else err.status
 
 
-def error_body(err: APIError) -> dict[str, Any]:
+def messages_error_body(err: APIError) -> dict[str, Any]:
     """``{"type": "error", "error": {"type", "message"}}``, the type by status (4xx not
     listed: ``invalid_request_error``; 5xx: ``api_error``); the field at fault is named in
     the message, as Anthropic's own messages do."""
-    status = error_status(err)
+    status = messages_error_status(err)
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     message = err.message
     if err.param and err.param not in message:
@@ -579,10 +580,10 @@ def error_body(err: APIError) -> dict[str, Any]:
 # ------------------------------------------------------------------ what the edge writes
 
 
-def model_list(cards: list[ModelCard]) -> dict[str, Any]:
+def messages_model_list(cards: list[ModelCard]) -> dict[str, Any]:
     """The models as Anthropic's ``GET /v1/models`` lists them (the anthropic SDK's
     ``models.list()``, which sends ``anthropic-version``)."""
-    data = [model_card(c) for c in cards]
+    data = [messages_model_card(c) for c in cards]
     return {
         "data": data,
         "has_more": False,
@@ -591,7 +592,7 @@ def model_list(cards: list[ModelCard]) -> dict[str, Any]:
     }
 
 
-def model_card(card: ModelCard) -> dict[str, Any]:
+def messages_model_card(card: ModelCard) -> dict[str, Any]:
     """A model as Anthropic's ``GET /v1/models`` lists one."""
     created = datetime.fromtimestamp(card.created, UTC).isoformat().replace("+00:00", "Z")
     return {
@@ -603,7 +604,7 @@ def model_card(card: ModelCard) -> dict[str, Any]:
     }
 
 
-def models_claim(headers: Mapping[str, str]) -> bool:
+def messages_models_claim(headers: Mapping[str, str]) -> bool:
     """The anthropic SDK's model requests carry ``anthropic-version``."""
     return "anthropic-version" in headers
 
@@ -612,10 +613,10 @@ _OWN_PATHS = under("/v1/messages", "/messages")
 _MODEL_PATHS = under("/v1/models", "/models")
 
 
-def claims(path: str, headers: Mapping[str, str]) -> bool:
+def messages_claims(path: str, headers: Mapping[str, str]) -> bool:
     """Errors in this API's body: on ``/v1/messages*`` (and ``/messages*``), and on the models
     paths when the request carries ``anthropic-version``."""
-    return _OWN_PATHS(path) or (models_claim(headers) and _MODEL_PATHS(path))
+    return _OWN_PATHS(path) or (messages_models_claim(headers) and _MODEL_PATHS(path))
 
 
 class AnthropicMessage(BaseModel):
@@ -673,7 +674,7 @@ OPENAPI_MODELS: apidoc.ModelSchemas = (
 _CALL_ERRORS = (*apidoc.CALL_ERRORS, 529)
 
 
-def openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+def messages_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
     """``/v1/messages`` and ``/v1/messages/count_tokens``."""
     error = ref[AnthropicErrorBody]
     return {

@@ -16,8 +16,9 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
 from cli_proxy.server import apidoc
-from cli_proxy.server.errors import APIError, from_validation_error
+from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire.chat import ErrorBody
+from cli_proxy.server.wire.fields import from_validation_error
 
 
 class ResponsesRequest(BaseModel):
@@ -44,7 +45,7 @@ class ResponsesRequest(BaseModel):
 # -------------------------------------------------------------------- request side
 
 
-def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
+def responses_to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
     """Responses input items -> chat messages; consecutive function calls form one turn."""
     if req.previous_response_id:
         raise APIError(
@@ -233,7 +234,7 @@ OPENAPI_MODELS: apidoc.ModelSchemas = (
 )
 
 
-def openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+def responses_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
     """``/v1/responses`` (its errors: OpenAI's body)."""
     return {
         "/v1/responses": apidoc.call(
