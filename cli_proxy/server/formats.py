@@ -67,10 +67,12 @@ def _read_responses(data: dict[str, Any], request: web.Request) -> Inbound:
     return Inbound(req, answer)
 
 
+_RESPONSES_PATHS = under("/v1/responses", "/responses")
+
 RESPONSES = WireFormat(
     name="responses",
     routes=(Route("POST", "/responses", "call", _read_responses),),
-    claims=lambda path, headers: under("/v1/responses", "/responses")(path),
+    claims=lambda path, headers: _RESPONSES_PATHS(path),
     error_status=chat_wire.chat_error_status,  # OpenAI's errors
     error_body=chat_wire.chat_error_body,
     log_event="response",
