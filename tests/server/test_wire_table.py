@@ -127,6 +127,7 @@ PARROT = WireFormat(
     ),
     models_claim=models_claim,
     credentials=credentials,
+    cors_headers=("X-Parrot-Key",),
     openapi_models=((SayRequest, "validation"),),
     openapi_paths=lambda ref: {
         "/vparrot/models/{model}:say": apidoc.post(
@@ -244,6 +245,21 @@ async def test_its_credentials_its_models_shape_and_its_openapi_path(
             assert resp.status == 401
     assert "/vparrot/models/{model}:say" in document()["paths"]
     assert "SayRequest" in document()["components"]["schemas"]
+
+
+async def test_its_headers_are_allowed_in_a_browser_preflight(
+    serve: ServeFactory, parrot: WireFormat
+) -> None:
+    origin = "https://app.example"
+    served = await serve(cors_origins=[origin])
+    headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.options(url(served, f"/vparrot/models/{MODEL}:say"), headers=headers) as resp,
+    ):
+        assert resp.status == 204
+        allowed = [h.strip() for h in resp.headers["Access-Control-Allow-Headers"].split(",")]
+    assert "X-Parrot-Key" in allowed and "Anthropic-Version" in allowed  # and the others'
 
 
 def test_the_table_names_each_format_once_and_unregisters(parrot: WireFormat) -> None:
