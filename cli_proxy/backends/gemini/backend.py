@@ -7,6 +7,10 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cli_proxy.backends.acp.rpc import (
+    ACP_PREFIX,
+    prompt_blocks,
+)
 from cli_proxy.backends.base import (
     Backend,
     BackendOptions,
@@ -15,10 +19,6 @@ from cli_proxy.backends.base import (
 )
 from cli_proxy.backends.gemini.login import gemini_login
 from cli_proxy.backends.gemini.parser import GeminiParser
-from cli_proxy.backends.gemini.rpc import (
-    ACP_PREFIX,
-    prompt_blocks,
-)
 from cli_proxy.backends.system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 from cli_proxy.plan.prompt import Prompt
 from cli_proxy.plan.spec import PrivateHome

@@ -1,5 +1,5 @@
-"""ACP as the gateway speaks it: JSON-RPC lines, the warm prefix a spare sends at spawn,
-and the prompt as content blocks."""
+"""ACP as the gateway speaks it (gemini and copilot alike): JSON-RPC lines, the warm prefix a
+spare sends at spawn, and the prompt as content blocks."""
 
 from __future__ import annotations
 
