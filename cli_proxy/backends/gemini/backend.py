@@ -9,13 +9,13 @@ from typing import Any, ClassVar
 
 from cli_proxy.backends.acp.rpc import (
     ACP_PREFIX,
+    agent_version,
     prompt_blocks,
 )
 from cli_proxy.backends.base import (
     Backend,
     BackendOptions,
     LaunchOptions,
-    load_json_line,
 )
 from cli_proxy.backends.gemini.login import gemini_login
 from cli_proxy.backends.gemini.parser import GeminiParser
@@ -176,14 +176,7 @@ class GeminiBackend(Backend):
 
     @classmethod
     def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
-        """The ``initialize`` result (the first line) names the agent's version."""
-        for line in stdout_lines[:3]:
-            obj = load_json_line(line.encode("utf-8"))
-            result = obj.get("result") if obj is not None else None
-            info = result.get("agentInfo") if isinstance(result, dict) else None
-            if isinstance(info, dict) and isinstance(info.get("version"), str):
-                return str(info["version"])
-        return None
+        return agent_version(stdout_lines)
 
 
 # OpenAI reasoning levels -> Gemini 2.5 thinking budgets (tokens; flash allows 0..24576);
