@@ -104,8 +104,7 @@ async def copilot(
     monkeypatch.setenv("COPILOT_PROVIDER_API_KEY", KEY)
     settings = Settings(
         copilot={"bin": str(CLI_DIR / "copilot"), "cache_dir": str(package_cache)},
-        launcher="pdeathsig",  # host work dirs below work_root: inside the ancestor repo
-        work_root=repo / "work",
+        work_root=repo / "work",  # the pdeathsig launcher's: inside the ancestor repo
         timeout_s=120,
         idle_timeout_s=90,
         kill_grace_s=1,
@@ -199,7 +198,9 @@ async def test_an_image_reaches_the_model_after_the_text(copilot: Copilot) -> No
     assert content[-2]["text"].startswith("Image file at path ")
 
 
-@pytest.mark.parametrize("copilot", [{"warm_pool": False}], indirect=True)
+# pdeathsig: the work dir on the host, below the ancestor repository (bwrap's is a fixed path
+# in a private /tmp, which no ancestor file can reach)
+@pytest.mark.parametrize("copilot", [{"warm_pool": False, "launcher": "pdeathsig"}], indirect=True)
 async def test_the_seal(copilot: Copilot) -> None:
     r = await copilot.client.chat.completions.create(
         model=MODEL, messages=user("PROMPT_MARK_3e1 hi" + fake(answer="sealed"))
