@@ -262,3 +262,62 @@ async def test_a_warm_second_call(copilot: Copilot) -> None:
     assert warm <= cold / 2, (cold, warm)
     last = json.dumps(copilot.bodies()[-1])
     assert "warm answer" in last and "cold answer" not in last
+
+
+async def test_a_refused_github_token_is_cli_auth_failed(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, package_cache: Path
+) -> None:
+    """The login path without BYOK: copilot checks a token at GitHub's
+    ``GET https://api.github.com/copilot_internal/user`` (reached here through a loopback
+    CONNECT proxy that ends TLS with a test CA, as the claude refresh tests reach their token
+    endpoint); a fake GitHub answers every token 401 "Bad credentials", copilot's
+    ``session/new`` then fails "Authentication required" and the gateway answers
+    ``cli_auth_failed`` 503, not retried. The fake saw exactly the token configured."""
+    from aiohttp import web
+    from openai import APIStatusError
+
+    from tests.fakes.fake_connect_proxy import ConnectProxy
+
+    seen: list[tuple[str, str]] = []
+
+    async def github(request: web.Request) -> web.Response:
+        seen.append((request.path, request.headers.get("Authorization", "")))
+        body = {"message": "Bad credentials", "documentation_url": "https://docs.github.com/rest"}
+        return web.json_response(body, status=401)
+
+    app = web.Application()
+    app.router.add_route("*", "/{tail:.*}", github)
+    runner = web.AppRunner(app)
+    await runner.setup()
+    site = web.TCPSite(runner, "127.0.0.1", 0)
+    await site.start()
+    port = runner.addresses[0][1]
+    proxy = await ConnectProxy(["api.github.com"], port).start()
+    try:
+        for name in (*FOREIGN, "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("GH_TOKEN", "gho_refused_test_token")
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("NODE_EXTRA_CA_CERTS", str(proxy.ca_pem))
+        assert CLI_DIR is not None
+        settings = Settings(
+            copilot={"bin": str(CLI_DIR / "copilot"), "cache_dir": str(package_cache)},
+            timeout_s=120,
+            idle_timeout_s=90,
+            kill_grace_s=1,
+            warm_pool=False,
+        )
+        served = await serve(Gateway(settings, live_backends(settings)))
+        with pytest.raises(APIStatusError) as err:
+            await served.client.chat.completions.create(model=MODEL, messages=user("hi"))
+        assert err.value.status_code == 503
+        assert err.value.response.headers.get("x-should-retry") == "false"
+        assert "cli_auth_failed" in err.value.response.text
+        assert "copilot login" in err.value.response.text
+        assert seen and {auth for _, auth in seen} == {"Bearer gho_refused_test_token"}
+        assert {path for path, _ in seen} == {"/copilot_internal/user"}
+        assert set(proxy.refused) == set()  # no other host was asked for
+    finally:
+        await proxy.close()
+        await runner.cleanup()
