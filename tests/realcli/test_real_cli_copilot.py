@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import anthropic
 import psutil
 import pytest
@@ -138,6 +139,15 @@ async def test_model_list_text_and_no_cli_tool_upstream(copilot: Copilot) -> Non
     text = json.dumps(body)
     assert "Info:" not in (r.choices[0].message.content or "")
     assert not [c for c in CANARIES if c in text]
+    # what copilot reports of its limits (a model's answer: allowed) in /health and /metrics
+    base = str(copilot.served.server.make_url("")).rstrip("/")
+    async with aiohttp.ClientSession() as session:
+        async with session.get(f"{base}/health") as resp:
+            health = await resp.json()
+        async with session.get(f"{base}/metrics") as resp:
+            metrics = await resp.text()
+    assert health["rate_limits"]["copilot"][MODEL]["status"] == "allowed"
+    assert 'backend="copilot"' in metrics and MODEL in metrics
 
 
 async def test_stream(copilot: Copilot) -> None:
