@@ -68,8 +68,15 @@ def test_copilots_info_lines_never_reach_the_client() -> None:
         chunk("Info: this one is the model's"),
         line({"id": PROMPT, "result": {"stopReason": "end_turn", "usage": USAGE}}),
     )
-    # a model's text starting "Info: " is dropped only before any other text of the answer
     assert text(events) == "Answer. Info: this one is the model's"
+    first = run(
+        opened(),
+        USAGE_UPDATE,
+        chunk("Info: the model's answer"),
+        line({"id": PROMPT, "result": {"stopReason": "end_turn", "usage": USAGE}}),
+    )
+    # after the model request went out, only copilot's retry note is its own
+    assert text(first) == "Info: the model's answer"
     assert [e for e in events if isinstance(e, UsageReport)] == [UsageReport(26, 3, 4)]
     assert RateLimit("copilot/claude-sonnet-4.6", "allowed") in events
 

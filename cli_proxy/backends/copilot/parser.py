@@ -8,8 +8,9 @@ Measured on 1.0.102 (tests/data/real-cli/copilot-1.0.102-*):
   ``agent_message_chunk`` pieces ("Info: Disabled tools: ...", "Info: Unknown tool name in the
   tool allowlist: ..."), then a ``usage_update`` (the context size) when it sends the
   upstream request, "Info: Request failed due to a transient API error. Retrying..." before
-  each retry, then the model's text; the result carries ``usage``; ``Info:`` pieces before
-  the model's first text are never passed on;
+  each retry, then the model's text; the result carries ``usage``; those ``Info:`` pieces
+  are never passed on (before the request any ``Info:`` piece, after it only the retry note:
+  a model's answer may begin "Info: " too);
 - an upstream failure, after copilot's own retries (a 401 twice, a 429 or 500 five times,
   following ``retry-after``; a 400 not at all), is ONE chunk "Error: ..." after the
   ``usage_update``, then ``end_turn`` with no ``usage``;
@@ -51,6 +52,7 @@ INFO = "Info: "
 ERROR = "Error: "
 # the upstream status in copilot's error text: "Error: 400 Invalid request", "... Last error:
 # 429 Number of requests ...", "Authentication failed with provider at URL (HTTP 401)."
+_RETRY_NOTE = re.compile(r"Info: Request failed due to .{0,200}Retrying\.\.\.\s*$", re.S)
 _NO_RESPONSE = re.compile(r"Error: No response was returned\b")
 """Copilot's text for a model turn with no content (capture copilot-1.0.102-empty): it comes
 WITH usage, as the model did answer."""
@@ -81,7 +83,7 @@ class CopilotParser(AcpSession):
             text = chunk_text(update)
             if text is None:
                 return []
-            if not self._text_seen and self._held is None and text.startswith(INFO):
+            if not self._text_seen and self._held is None and self._own_note(text):
                 log.debug("copilot: %s", text[:200])  # copilot's own note, not the model's
                 return []
             return self._text(text)
@@ -90,6 +92,14 @@ class CopilotParser(AcpSession):
             message = f"copilot ran one of its own tools ({title}); the gateway allows none"
             return self._fail(Failure(FailureKind.INVALID_ANSWER, message))
         return []
+
+    def _own_note(self, text: str) -> bool:
+        """Copilot's own "Info: ..." line: any before the model request goes out (the tool
+        notes), after it only its retry note, so a model's answer that happens to start
+        with "Info: " stays the answer."""
+        if not text.startswith(INFO):
+            return False
+        return not self._upstream or _RETRY_NOTE.match(text) is not None
 
     def _text(self, text: str) -> list[CliEvent]:
         """The model's text, except that a first chunk starting "Error: " waits for the
