@@ -133,45 +133,47 @@ def run_case(binary: str, name: str, body: dict[str, Any], api_url: str, out: Pa
     for rel, content in backend.workdir_files(launch):
         (work / rel).write_bytes(content)
     env.update({"HOME": str(home), "COPILOT_HOME": str(home), "TMPDIR": str(work)})
-    parser = backend.new_parser(prompt, req)
-    argv = backend.argv(launch)
-    proc = subprocess.Popen(
-        argv,
-        cwd=work,
-        env=env,
-        stdin=subprocess.PIPE,
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-    )
-    assert proc.stdin is not None and proc.stdout is not None
-    proc.stdin.write(backend.encode_prompt(prompt, req))
-    proc.stdin.flush()
-    lines: list[bytes] = []
-    events: list[Any] = []
-    for line in proc.stdout:
-        lines.append(line)
-        events += parser.feed(line)
-        reply = parser.replies()
-        if reply:
-            proc.stdin.write(reply)
-            proc.stdin.flush()
-        if parser.done:
-            break
-    proc.stdin.close()
-    rest = proc.stdout.read()
-    proc.wait(timeout=30)
-    assert proc.stderr is not None
-    stderr = proc.stderr.read()
-    lines += rest.splitlines(keepends=True)
-    events += parser.finish(proc.returncode, stderr.decode(errors="replace"))
-    stem = str(out / f"copilot-1.0.102-{name}")
-    Path(stem + ".stdout.jsonl").write_bytes(b"".join(lines))
-    Path(stem + ".stderr.txt").write_bytes(stderr)
-    Path(stem + ".rc").write_text(f"{proc.returncode}\n")
-    Path(stem + ".events.txt").write_text("".join(f"{e!r}\n" for e in events))
-    left = sorted(str(p.relative_to(top)) for p in top.rglob("*"))
-    Path(stem + ".argv.json").write_text(json.dumps({"argv": argv[1:], "left": left}) + "\n")
-    shutil.rmtree(top)
+    try:
+        parser = backend.new_parser(prompt, req)
+        argv = backend.argv(launch)
+        proc = subprocess.Popen(
+            argv,
+            cwd=work,
+            env=env,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+        )
+        assert proc.stdin is not None and proc.stdout is not None
+        proc.stdin.write(backend.encode_prompt(prompt, req))
+        proc.stdin.flush()
+        lines: list[bytes] = []
+        events: list[Any] = []
+        for line in proc.stdout:
+            lines.append(line)
+            events += parser.feed(line)
+            reply = parser.replies()
+            if reply:
+                proc.stdin.write(reply)
+                proc.stdin.flush()
+            if parser.done:
+                break
+        proc.stdin.close()
+        rest = proc.stdout.read()
+        proc.wait(timeout=30)
+        assert proc.stderr is not None
+        stderr = proc.stderr.read()
+        lines += rest.splitlines(keepends=True)
+        events += parser.finish(proc.returncode, stderr.decode(errors="replace"))
+        stem = str(out / f"copilot-1.0.102-{name}")
+        Path(stem + ".stdout.jsonl").write_bytes(b"".join(lines))
+        Path(stem + ".stderr.txt").write_bytes(stderr)
+        Path(stem + ".rc").write_text(f"{proc.returncode}\n")
+        Path(stem + ".events.txt").write_text("".join(f"{e!r}\n" for e in events))
+        left = sorted(str(p.relative_to(top)) for p in top.rglob("*"))
+        Path(stem + ".argv.json").write_text(json.dumps({"argv": argv[1:], "left": left}) + "\n")
+    finally:
+        shutil.rmtree(top)
 
 
 def upstream(requests: list[dict[str, Any]]) -> dict[str, Any]:
