@@ -7,6 +7,7 @@ from __future__ import annotations
 import asyncio
 import hmac
 import math
+import re
 import time
 import uuid
 from collections.abc import Awaitable, Callable, Mapping
@@ -36,6 +37,7 @@ from cli_proxy.server.delivery import (
 )
 from cli_proxy.server.delivery.anthropic import MessagesFormat
 from cli_proxy.server.delivery.chat import ChatFormat
+from cli_proxy.server.delivery.generate_content import GenerateContentFormat
 from cli_proxy.server.delivery.responses import ResponsesFormat
 from cli_proxy.server.errors import APIError, api_error, validated
 from cli_proxy.server.guard import Guard
@@ -43,6 +45,8 @@ from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from cli_proxy.server.openapi import openapi_json
 from cli_proxy.server.status import STATUS_PATH, add_status_page
 from cli_proxy.server.wire import anthropic as anthropic_wire
+from cli_proxy.server.wire import generate_content as gemini_wire
+from cli_proxy.server.wire import server_tools
 from cli_proxy.server.wire.responses import ResponsesRequest, to_chat_request
 
 GATEWAY: web.AppKey[Gateway] = web.AppKey("gateway", Gateway)
@@ -51,9 +55,10 @@ STARTED = int(time.time())
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 ENDPOINTS = {"/chat/completions": "chat", "/responses": "responses", "/messages": "messages"}
+GEMINI_CALL = re.compile(r"^/v1(?:beta)?/models/.+:(?:generateContent|streamGenerateContent)$")
 Logger = structlog.typing.FilteringBoundLogger
 
-Wire = Literal["openai", "anthropic"]
+Wire = Literal["openai", "anthropic", "generate_content"]
 
 
 def wire_format(path: str, headers: Mapping[str, str]) -> Wire:
@@ -66,6 +71,8 @@ def wire_format(path: str, headers: Mapping[str, str]) -> Wire:
 
     if under("/v1/messages", "/messages"):
         return "anthropic"
+    if gemini_wire.claims(path, headers):
+        return "generate_content"
     if "anthropic-version" in headers and under("/v1/models", "/models"):
         return "anthropic"
     return "openai"
@@ -74,6 +81,8 @@ def wire_format(path: str, headers: Mapping[str, str]) -> Wire:
 def error_response(err: APIError, wire: Wire = "openai") -> web.Response:
     if wire == "anthropic":
         status, body = anthropic_wire.error_status(err), anthropic_wire.error_body(err)
+    elif wire == "generate_content":
+        status, body = gemini_wire.error_status(err), gemini_wire.error_body(err)
     else:
         status, body = err.status, err.body()
     resp = json_response(body, status, err.headers)
@@ -92,6 +101,8 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
         err = exc if isinstance(exc, APIError) else api_error(exc)
         if not request.get(LOGGED, False):  # run_logged already logged this request
             endpoint = ENDPOINTS.get(request.path.removeprefix("/v1"))
+            if GEMINI_CALL.match(request.path):
+                endpoint = gemini_wire.NAME
             if endpoint is not None:  # an API request refused before any backend ran
                 duration = time.monotonic() - started
                 record = CallRecord(endpoint, "", "", err.status, err.code or "", duration)
@@ -148,7 +159,8 @@ async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamR
             raise APIError(
                 401,
                 "Incorrect or missing API key: send 'Authorization: Bearer <key>' "
-                "or 'x-api-key: <key>'",
+                "or 'x-api-key: <key>'"
+                + (" or 'x-goog-api-key: <key>'" if _google_path(request) else ""),
                 code="invalid_api_key",
             )
     return await handler(request)
@@ -161,10 +173,17 @@ def _presented_keys(request: web.Request) -> list[bytes]:
     scheme, _, token = request.headers.get("Authorization", "").partition(" ")
     if scheme.lower() == "bearer":
         out.append(token.strip().encode("utf-8", "surrogateescape"))
-    api_key = request.headers.get("x-api-key")
-    if api_key is not None:
-        out.append(api_key.strip().encode("utf-8", "surrogateescape"))
+    for header in ("x-api-key", "x-goog-api-key"):  # x-goog-api-key: Gemini-API clients
+        api_key = request.headers.get(header)
+        if api_key is not None:
+            out.append(api_key.strip().encode("utf-8", "surrogateescape"))
+    if _google_path(request) and "key" in request.query:  # the REST API's ?key= (never logged)
+        out.append(request.query["key"].strip().encode("utf-8", "surrogateescape"))
     return out
+
+
+def _google_path(request: web.Request) -> bool:
+    return gemini_wire.claims(request.path, request.headers)
 
 
 async def probe(request: web.Request) -> web.Response:
@@ -223,7 +242,10 @@ def _model_info(card: ModelCard) -> dict[str, Any]:
 
 async def list_models(request: web.Request) -> web.Response:
     cards = _cards(request.app[GATEWAY])
-    if wire_format(request.path, request.headers) == "anthropic":
+    wire = wire_format(request.path, request.headers)
+    if wire == "generate_content":
+        return json_response(gemini_wire.model_list(cards))
+    if wire == "anthropic":
         data = [_model_info(c) for c in cards]
         return json_response(
             {
@@ -238,7 +260,10 @@ async def list_models(request: web.Request) -> web.Response:
 
 async def get_model(request: web.Request) -> web.Response:
     gw = request.app[GATEWAY]
+    wire = wire_format(request.path, request.headers)
     model_id = unquote(request.match_info["model"])
+    if wire == "generate_content":
+        model_id = gemini_wire.model_id(model_id)
     card = next((c for c in _cards(gw) if c.id == model_id), None)
     if card is None:
         r = gw.source.route(model_id)
@@ -247,7 +272,9 @@ async def get_model(request: web.Request) -> web.Response:
                 404, f"The model '{model_id}' does not exist", param="model", code="model_not_found"
             )
         card = ModelCard(id=model_id, created=STARTED, owned_by=r.backend)
-    if wire_format(request.path, request.headers) == "anthropic":
+    if wire == "generate_content":
+        return json_response(gemini_wire.model_info(card))
+    if wire == "anthropic":
         return json_response(_model_info(card))
     return json_response(card.model_dump())
 
@@ -309,6 +336,9 @@ async def run_logged(
         stream=bool(req.stream),
         tools=len(req.tools or []),
     )
+    dropped = request.get(server_tools.DROPPED)
+    if dropped:
+        logger = logger.bind(dropped_tools=list(dropped))
     if gw.settings.log_prompts:
         logger.debug("prompt", prompt=call.plan.call.prompt)
     status, code = 200, ""
@@ -422,6 +452,59 @@ async def count_tokens(request: web.Request) -> web.Response:
     return json_response({"input_tokens": math.ceil(chars / 4)})
 
 
+async def generate_content(request: web.Request) -> web.StreamResponse:
+    """Google's ``:generateContent`` / ``:streamGenerateContent`` on the same pipeline
+    (docs/gemini-api.md): a stream with ``?alt=sse`` is SSE, without it a JSON array."""
+    gw = request.app[GATEWAY]
+    stream = request.match_info["method"] == "streamGenerateContent"
+    model = gemini_wire.checked_model(unquote(request.match_info["model"]))
+    greq = gemini_wire.validated_request(await read_json(request))
+    chat = gemini_wire.to_chat_request(greq, model, stream, gw.settings.server_tools)
+    if chat.dropped:
+        request[server_tools.DROPPED] = tuple(chat.dropped)
+    sse = request.query.get("alt", "").lower() == "sse"
+    try:
+        return await run_logged(
+            request,
+            chat.request,
+            gemini_wire.NAME,
+            lambda call: GenerateContentFormat(model, call.plan.call.ids, chat.thoughts, sse),
+        )
+    except InvalidRequest as exc:  # found by the planner: name the field as the client sent it
+        exc.param = chat.param(exc.param)
+        raise
+
+
+async def gemini_count_tokens(request: web.Request) -> web.Response:
+    """``:countTokens``: an estimate, documented as one (docs/gemini-api.md): the characters
+    of the prompt the gateway would render, over 4, as ``/v1/messages/count_tokens``."""
+    gw = request.app[GATEWAY]
+    model = gemini_wire.checked_model(unquote(request.match_info["model"]))
+    greq = gemini_wire.validated_count(await read_json(request))
+    chat = gemini_wire.to_chat_request(greq, model, False, gw.settings.server_tools)
+    return json_response(gemini_wire.count_body(_estimate(gw, chat.request, chat.param)))
+
+
+def _estimate(
+    gw: Gateway, req: ChatCompletionRequest, param: Callable[[str | None], str | None]
+) -> int:
+    """Tokens of the prompt the gateway would render for ``req`` (characters over 4; images
+    and the CLI's own system prompt are not counted). Nothing runs."""
+    if gw.source.route(req.model) is None:
+        raise APIError(
+            404, f"The model '{req.model}' does not exist", param="model", code="model_not_found"
+        )
+    try:
+        prompt = render(req, gw.prompt_options, extract(req, gw.image_limits))
+    except InvalidRequest as exc:
+        raise APIError(400, exc.message, param=param(exc.param), code=exc.code) from None
+    return math.ceil(sum(map(len, prompt.blocks)) / 4)
+
+
+async def gemini_models(request: web.Request) -> web.Response:
+    return json_response(gemini_wire.model_list(_cards(request.app[GATEWAY])))
+
+
 def _ms(seconds: float | None) -> float | None:
     return None if seconds is None else round(seconds * 1000, 1)
 
@@ -483,6 +566,14 @@ def create_app(gateway: Gateway) -> web.Application:
     app.router.add_get("/metrics", metrics)
     add_status_page(app, gateway)  # GET /status: HTML for people (Basic auth too)
     app.router.add_route("HEAD", "/", probe)  # Claude Code's probe
+    # Google's Gemini API (google-genai 3.x calls /v1/, the Gemini CLI /v1beta/)
+    for prefix in ("/v1beta", "/v1"):
+        methods = "{method:generateContent|streamGenerateContent}"
+        app.router.add_post(f"{prefix}/models/{{model:.+}}:{methods}", generate_content)
+        app.router.add_post(f"{prefix}/models/{{model:.+}}:countTokens", gemini_count_tokens)
+    app.router.add_get("/v1beta/models", list_models)
+    app.router.add_get("/v1beta/models/{model:.+}", get_model)
+    app.on_response_prepare.append(server_tools.on_prepare)
     for prefix in ("/v1", ""):
         app.router.add_post(f"{prefix}/chat/completions", chat_completions)
         app.router.add_post(f"{prefix}/responses", responses)

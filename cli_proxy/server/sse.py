@@ -46,7 +46,9 @@ class SSEWriter:
         keepalive_s: float,
         write_timeout_s: float = 30.0,
         deadline: Callable[[], float | None] = lambda: None,
+        keepalive: bytes = KEEPALIVE,
     ) -> None:
+        self.keepalive = keepalive  # the format's own (a Gemini stream: an empty-text chunk)
         self.resp = resp
         self.keepalive_s = keepalive_s
         self.write_timeout_s = write_timeout_s
@@ -76,7 +78,7 @@ class SSEWriter:
         while True:
             await asyncio.sleep(max(self._last + self.keepalive_s - time.monotonic(), 0.01))
             if time.monotonic() - self._last >= self.keepalive_s:
-                await self.write(KEEPALIVE)
+                await self.write(self.keepalive)
 
     def stop(self) -> None:
         if self._task is not None:

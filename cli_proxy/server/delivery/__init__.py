@@ -35,7 +35,7 @@ from cli_proxy.read.reply import (
 )
 from cli_proxy.run.call import Call, Finished
 from cli_proxy.server.errors import APIError, api_error
-from cli_proxy.server.sse import SlowClient, SSEWriter
+from cli_proxy.server.sse import KEEPALIVE, SlowClient, SSEWriter
 
 HEAD_SENT: web.RequestKey[bool] = web.RequestKey("head_sent", bool)  # a stream's 200 is out
 DELIVERED: web.RequestKey[bool] = web.RequestKey("delivered", bool)  # the last byte was sent
@@ -183,7 +183,7 @@ async def _stream(
                 raise exc  # nothing sent yet: a real status (the middleware's)
         resp = web.StreamResponse(
             headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
+                "Content-Type": getattr(fmt, "media_type", "text/event-stream; charset=utf-8"),
                 "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no",
             }
@@ -191,7 +191,13 @@ async def _stream(
         resp.force_close()  # some SDK versions keep reading after the end unless we close
         await resp.prepare(request)
         request[HEAD_SENT] = True
-        out = SSEWriter(resp, budget.keepalive_s, settings.write_timeout_s, lambda: call.deadline)
+        out = SSEWriter(
+            resp,
+            budget.keepalive_s,
+            settings.write_timeout_s,
+            lambda: call.deadline,
+            keepalive=getattr(fmt, "keepalive", KEEPALIVE),
+        )
         for data in fmt.head():
             await out.write(data)
         out.start()
