@@ -413,7 +413,10 @@ async def chat_completions(request: web.Request) -> web.StreamResponse:
 
 async def responses(request: web.Request) -> web.StreamResponse:
     rreq = validated(ResponsesRequest, await read_json(request))
-    req = to_chat_request(rreq)
+    dropped: list[str] = []
+    req = to_chat_request(rreq, request.app[GATEWAY].settings.server_tools, dropped)
+    if dropped:
+        request[server_tools.DROPPED] = tuple(dropped)
     return await run_logged(
         request, req, "responses", lambda call: ResponsesFormat(rreq, req, call.plan.call.ids)
     )
@@ -422,7 +425,9 @@ async def responses(request: web.Request) -> web.StreamResponse:
 async def messages(request: web.Request) -> web.StreamResponse:
     """Anthropic's Messages API on the same pipeline (docs/anthropic-api.md)."""
     mreq = anthropic_wire.validated(anthropic_wire.MessagesRequest, await read_json(request))
-    chat = anthropic_wire.to_chat_request(mreq)
+    chat = anthropic_wire.to_chat_request(mreq, request.app[GATEWAY].settings.server_tools)
+    if chat.dropped:
+        request[server_tools.DROPPED] = tuple(chat.dropped)
     req = chat.request
     try:
         return await run_logged(
@@ -438,18 +443,9 @@ async def count_tokens(request: web.Request) -> web.Response:
     the characters of the prompt the gateway would render for the request, over 4 (images
     and the CLI's own system prompt are not counted). Nothing runs."""
     creq = anthropic_wire.validated(anthropic_wire.CountTokensRequest, await read_json(request))
-    chat = anthropic_wire.to_chat_request(creq)
-    req, gw = chat.request, request.app[GATEWAY]
-    if gw.source.route(req.model) is None:
-        raise APIError(
-            404, f"The model '{req.model}' does not exist", param="model", code="model_not_found"
-        )
-    try:
-        prompt = render(req, gw.prompt_options, extract(req, gw.image_limits))
-    except InvalidRequest as exc:
-        raise APIError(400, exc.message, param=chat.param(exc.param), code=exc.code) from None
-    chars = sum(map(len, prompt.blocks))
-    return json_response({"input_tokens": math.ceil(chars / 4)})
+    gw = request.app[GATEWAY]
+    chat = anthropic_wire.to_chat_request(creq, gw.settings.server_tools)
+    return json_response({"input_tokens": _estimate(gw, chat.request, chat.param)})
 
 
 async def generate_content(request: web.Request) -> web.StreamResponse:

@@ -537,7 +537,7 @@ def json_schema(schema: Any) -> Any:
         return schema
     out: dict[str, Any] = {}
     for raw_key, value in schema.items():
-        key: str = _SCHEMA_KEYS.get(raw_key, raw_key)
+        key = _SCHEMA_KEYS.get(str(raw_key)) or str(raw_key)
         if key in _DROPPED_SCHEMA_KEYS:
             continue
         if key == "type" and isinstance(value, str):

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
 from cli_proxy.server.errors import APIError, from_validation_error
+from cli_proxy.server.wire import server_tools
 
 
 class ResponsesRequest(BaseModel):
@@ -42,8 +43,14 @@ class ResponsesRequest(BaseModel):
 # -------------------------------------------------------------------- request side
 
 
-def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
-    """Responses input items -> chat messages; consecutive function calls form one turn."""
+def to_chat_request(
+    req: ResponsesRequest, server_tools_mode: str = "drop", dropped: list[str] | None = None
+) -> ChatCompletionRequest:
+    """Responses input items -> chat messages; consecutive function calls form one turn.
+    Tools other than functions (``web_search*``, ``file_search``, ``code_interpreter``, ...:
+    server tools) are left out and appended to ``dropped``, or refused
+    (``server_tools_mode`` ``refuse``); a ``tool_choice`` forcing one is refused."""
+    dropped = dropped if dropped is not None else []
     if req.previous_response_id:
         raise APIError(
             400,
@@ -108,10 +115,29 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
     for knob in ("temperature", "top_p", "user"):
         if getattr(req, knob) is not None:
             chat[knob] = getattr(req, knob)
+    tool_index: dict[int, int] = {}  # chat's tools[k] -> the request's tools[i]
     if req.tools:
-        chat["tools"] = [_tool(t, i) for i, t in enumerate(req.tools)]
+        tools: list[dict[str, Any]] = []
+        for i, t in enumerate(req.tools):
+            kind = t.get("type")
+            if kind != "function":
+                if server_tools_mode == "refuse":
+                    raise server_tools.refused(str(kind), f"tools[{i}].type")
+                dropped.append(str(kind))
+                continue
+            tool_index[len(tools)] = i
+            tools.append(_tool(t, i))
+        if tools:
+            chat["tools"] = tools
     if req.tool_choice is not None:
-        chat["tool_choice"] = _tool_choice(req.tool_choice)
+        choice = req.tool_choice
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind is not None and kind not in ("function", "allowed_tools"):
+            raise server_tools.forced(str(kind), "tool_choice.type")  # a server tool, forced
+        if choice == "required" and "tools" not in chat and dropped:
+            raise server_tools.forced(dropped[0], "tool_choice")
+        if "tools" in chat or not dropped:  # else "auto"/"none" of tools all left out
+            chat["tool_choice"] = _tool_choice(choice)
     if req.parallel_tool_calls is not None:
         chat["parallel_tool_calls"] = req.parallel_tool_calls
     if req.reasoning and req.reasoning.get("effort") is not None:
@@ -122,7 +148,11 @@ def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
         err = from_validation_error(exc)
         if err.param and err.param.startswith("tools["):
             # chat nests a tool under "function"; name the field as the client sent it
-            new = re.sub(r"^(tools\[\d+\])\.function\b", r"\1", err.param)
+            new = re.sub(
+                r"^tools\[(\d+)\]\.function\b",
+                lambda m: f"tools[{tool_index.get(int(m[1]), int(m[1]))}]",
+                err.param,
+            )
             err.message = err.message.replace(f"'{err.param}'", f"'{new}'")
             err.param = new
         raise err from None
