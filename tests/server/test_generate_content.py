@@ -457,7 +457,6 @@ async def test_401_unauthenticated_and_key_sources(serve: ServeFactory) -> None:
     with pytest.raises(errors.ClientError) as info:
         await bad.aio.models.generate_content(model=CLAUDE, contents="hi")
     assert info.value.code == 401 and info.value.status == "UNAUTHENTICATED"
-    assert "x-goog-api-key" in (info.value.message or "")
     good = make_client(served, api_key="sekrit")
     r = await good.aio.models.generate_content(model=CLAUDE, contents="hi " + fake(answer="in"))
     assert r.text == "in"

@@ -83,7 +83,7 @@ async def test_cline_request_is_served_and_names_the_dropped_tool(
         if e["type"] == "content_block_delta" and e["delta"]["type"] == "text_delta"
     )
     assert said == "Hi from the gateway"
-    done = [e for e in logs if e["event"] == "chat_completion"]
+    done = [e for e in logs if e.get("api") == "messages" and "status" in e]
     assert done and done[0]["dropped_tools"] == ["web_search_20250305"]
     assert done[0]["tools"] == 26  # the client's own tools reached the model
 

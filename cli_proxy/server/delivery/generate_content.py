@@ -21,7 +21,7 @@ from cli_proxy.protocol import Usage
 from cli_proxy.read.reply import AnswerEvent, ContentDelta, ReasoningDelta, ToolCallArgs
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.wire.generate_content import error_body
+from cli_proxy.server.wire.generate_content import generate_content_error_body
 
 FINISH_REASONS = {"stop": "STOP", "length": "MAX_TOKENS", "tool_calls": "STOP"}
 SSE_MEDIA_TYPE = "text/event-stream; charset=utf-8"
@@ -148,5 +148,5 @@ class GenerateContentFormat:
     def fail(self, answer: Answer, err: APIError) -> list[bytes]:
         """The answer broke off after the stream started: an element with Google's error
         body (google-genai raises it as an ``APIError``), then the connection closes."""
-        data = self._element(error_body(err))
+        data = self._element(generate_content_error_body(err))
         return [data if self.sse else data + b"]"]

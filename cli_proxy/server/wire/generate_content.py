@@ -23,14 +23,18 @@ import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, TypeVar
+from typing import Any, Literal, TypeVar
 
+from aiohttp import web
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError
 from pydantic.alias_generators import to_camel
 
-from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest, ModelCard
-from cli_proxy.server.errors import APIError, from_validation_error
+from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
+from cli_proxy.server import apidoc
+from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire import server_tools
+from cli_proxy.server.wire.chat import ModelCard
+from cli_proxy.server.wire.fields import from_validation_error
 
 NAME = "generate_content"
 MODEL_PREFIX = "models/"
@@ -160,11 +164,11 @@ class CountTokensRequest(_G):
 M = TypeVar("M", bound=BaseModel)
 
 
-def validated_request(data: Any) -> GenerateContentRequest:
+def generate_content_request(data: Any) -> GenerateContentRequest:
     return _validated(GenerateContentRequest, data)
 
 
-def validated_count(data: Any) -> GenerateContentRequest:
+def generate_content_count_request(data: Any) -> GenerateContentRequest:
     """The request a ``:countTokens`` body stands for."""
     count = _validated(CountTokensRequest, data)
     if count.generate_content_request is not None:
@@ -184,13 +188,13 @@ def _validated(model: type[M], data: Any) -> M:
         raise err from None
 
 
-def model_id(path_model: str) -> str:
+def generate_content_model_id(path_model: str) -> str:
     """The gateway's model id from the path's ``{model}``: with or without ``models/``."""
     return path_model.removeprefix(MODEL_PREFIX)
 
 
-def checked_model(path_model: str) -> str:
-    model = model_id(path_model)
+def generate_content_model(path_model: str) -> str:
+    model = generate_content_model_id(path_model)
     if not re.match(MODEL_NAME, model) or len(model) > 128:
         raise APIError(
             400, f"invalid model name {model!r}", param="model", code="invalid_model_name"
@@ -207,7 +211,7 @@ class Translated:
     where each chat message came from, so an error found later names the client's field."""
 
     request: ChatCompletionRequest
-    dropped: list[str] = field(default_factory=list)
+    dropped: list[server_tools.Dropped] = field(default_factory=list)
     thoughts: bool = False
     origins: dict[str, str] = field(default_factory=dict)
 
@@ -225,9 +229,7 @@ class Translated:
 _FUNCTION_ROLES = ("user", "function", "tool")
 
 
-def to_chat_request(
-    req: GenerateContentRequest, model: str, stream: bool, server_tools_mode: str = "drop"
-) -> Translated:
+def generate_content_to_chat(req: GenerateContentRequest, model: str, stream: bool) -> Translated:
     """The Gemini request as the gateway's one conversation model (pure)."""
     gen = req.generation_config or GenerationConfig()
     if gen.candidate_count is not None and gen.candidate_count > 1:
@@ -286,7 +288,7 @@ def to_chat_request(
         effort = _effort(thinking)
         if effort is not None:
             chat["reasoning_effort"] = effort
-    tools, out.dropped = _tools(req.tools or [], server_tools_mode)
+    tools, out.dropped = _tools(req.tools or [])
     choice = (req.tool_config.function_calling_config if req.tool_config else None) or None
     if choice is not None and choice.mode is not None:
         tools, chat_choice = _tool_choice(choice, tools)
@@ -464,7 +466,7 @@ def _unsupported_part(part: Part, where: str) -> APIError:
     )
 
 
-def standard_base64(data: str) -> str:
+def generate_content_base64(data: str) -> str:
     """``inlineData.data`` as standard, padded base64: google-genai sends the URL-safe
     alphabet (``-``, ``_``), the REST docs the standard one; both are accepted."""
     data = re.sub(r"\s+", "", data).translate(str.maketrans("-_", "+/"))
@@ -481,7 +483,7 @@ def _image(blob: Blob, where: str) -> dict[str, Any]:
             param=where,
             code="unsupported_content",
         )
-    data = standard_base64(blob.data)
+    data = generate_content_base64(blob.data)
     try:
         base64.b64decode(data, validate=True)
     except (binascii.Error, ValueError):
@@ -527,12 +529,12 @@ _SCHEMA_KEYS = {  # the OpenAPI-subset Schema's snake_case keys, as JSON Schema 
 _DROPPED_SCHEMA_KEYS = {"propertyOrdering", "property_ordering", "example"}
 
 
-def json_schema(schema: Any) -> Any:
+def generate_content_json_schema(schema: Any) -> Any:
     """Gemini's ``Schema`` (OpenAPI 3.0 subset: upper-case types, ``nullable``, snake or camel
     keys) as the JSON Schema the one conversation carries. Property names are kept as
     written."""
     if isinstance(schema, list):
-        return [json_schema(s) for s in schema]
+        return [generate_content_json_schema(s) for s in schema]
     if not isinstance(schema, dict):
         return schema
     out: dict[str, Any] = {}
@@ -543,9 +545,9 @@ def json_schema(schema: Any) -> Any:
         if key == "type" and isinstance(value, str):
             out["type"] = "null" if value.upper() == "NULL" else value.lower()
         elif key == "properties" and isinstance(value, dict):
-            out["properties"] = {name: json_schema(v) for name, v in value.items()}
+            out["properties"] = {name: generate_content_json_schema(v) for name, v in value.items()}
         elif key in ("items", "anyOf", "oneOf", "allOf", "prefixItems", "additionalProperties"):
-            out[key] = json_schema(value)
+            out[key] = generate_content_json_schema(value)
         else:
             out[key] = value
     if out.pop("nullable", False) is True and isinstance(out.get("type"), str):
@@ -555,11 +557,11 @@ def json_schema(schema: Any) -> Any:
     return out
 
 
-def _tools(tools: list[Tool], mode: str) -> tuple[list[dict[str, Any]], list[str]]:
+def _tools(tools: list[Tool]) -> tuple[list[dict[str, Any]], list[server_tools.Dropped]]:
     """Function declarations as chat tools; every other tool (a server tool) left out and
-    named, or refused (``server_tools = "refuse"``)."""
+    named (wire/server_tools.py)."""
     out: list[dict[str, Any]] = []
-    dropped: list[str] = []
+    dropped: list[server_tools.Dropped] = []
     for i, tool in enumerate(tools):
         for j, decl in enumerate(tool.function_declarations or []):
             out.append(_function(decl, f"tools[{i}].functionDeclarations[{j}]"))
@@ -567,9 +569,7 @@ def _tools(tools: list[Tool], mode: str) -> tuple[list[dict[str, Any]], list[str
             if value is None:
                 continue
             name = to_camel(key)
-            if mode == "refuse":
-                raise server_tools.refused(name, f"tools[{i}].{name}")
-            dropped.append(name)
+            dropped.append(server_tools.Dropped(name, f"tools[{i}].{name}"))
     return out, dropped
 
 
@@ -577,7 +577,7 @@ def _function(decl: FunctionDeclaration, where: str) -> dict[str, Any]:
     if decl.parameters_json_schema is not None:
         schema = decl.parameters_json_schema
     elif decl.parameters is not None:
-        schema = json_schema(decl.parameters)
+        schema = generate_content_json_schema(decl.parameters)
     else:
         schema = {"type": "object", "properties": {}}
     fn: dict[str, Any] = {"name": decl.name, "parameters": schema}
@@ -650,7 +650,7 @@ def _response_format(gen: GenerationConfig) -> dict[str, Any] | None:
     if gen.response_json_schema is not None:
         schema = gen.response_json_schema
     elif gen.response_schema is not None:
-        schema = json_schema(gen.response_schema)
+        schema = generate_content_json_schema(gen.response_schema)
     else:
         return {"type": "json_object"}
     return {"type": "json_schema", "json_schema": {"name": "response", "schema": schema}}
@@ -698,11 +698,11 @@ STATUS_NAMES = {
 }
 
 
-def error_status(err: APIError) -> int:
+def generate_content_error_status(err: APIError) -> int:
     return err.status
 
 
-def error_body(err: APIError) -> dict[str, Any]:
+def generate_content_error_body(err: APIError) -> dict[str, Any]:
     """``{"error": {"code", "message", "status", "details"}}``: the status named as Google
     names it; ``details`` carry the gateway's code (an ``ErrorInfo`` reason) and, on a 429,
     when to retry (a ``RetryInfo``, as the real API sends one)."""
@@ -734,7 +734,7 @@ def _header(headers: Mapping[str, str], name: str) -> str | None:
     return None
 
 
-def claims(path: str, headers: Mapping[str, str]) -> bool:
+def generate_content_claims(path: str, headers: Mapping[str, str]) -> bool:
     """Whether an error on ``path`` is answered in Google's body: everything under
     ``/v1beta/``; under ``/v1/models`` a generate/stream/count path, or any request that
     carries a Google client's header (``x-goog-api-key``, ``x-goog-api-client``)."""
@@ -744,10 +744,12 @@ def claims(path: str, headers: Mapping[str, str]) -> bool:
         r":(?:generateContent|streamGenerateContent|countTokens)$", path
     ):
         return True
-    return google_client(headers) and (path == "/v1/models" or path.startswith("/v1/models/"))
+    return generate_content_models_claim(headers) and (
+        path == "/v1/models" or path.startswith("/v1/models/")
+    )
 
 
-def google_client(headers: Mapping[str, str]) -> bool:
+def generate_content_models_claim(headers: Mapping[str, str]) -> bool:
     """A Google client's request: it carries ``x-goog-api-key`` or ``x-goog-api-client``."""
     return any(k.lower() in ("x-goog-api-key", "x-goog-api-client") for k in headers)
 
@@ -759,7 +761,7 @@ OUTPUT_TOKEN_LIMIT = 64_000
 METHODS = ["generateContent", "streamGenerateContent", "countTokens"]
 
 
-def model_info(card: ModelCard) -> dict[str, Any]:
+def generate_content_model_card(card: ModelCard) -> dict[str, Any]:
     """A model as Gemini's ``GET /v1beta/models`` lists one."""
     return {
         "name": MODEL_PREFIX + card.id,
@@ -774,9 +776,147 @@ def model_info(card: ModelCard) -> dict[str, Any]:
     }
 
 
-def model_list(cards: list[ModelCard]) -> dict[str, Any]:
-    return {"models": [model_info(c) for c in cards]}
+def generate_content_model_list(cards: list[ModelCard]) -> dict[str, Any]:
+    return {"models": [generate_content_model_card(c) for c in cards]}
 
 
-def count_body(tokens: int) -> dict[str, Any]:
+def generate_content_count(tokens: int) -> dict[str, Any]:
     return {"totalTokens": tokens}
+
+
+def generate_content_credentials(request: web.Request) -> list[str]:
+    """The API-key sources of Google's clients: ``x-goog-api-key`` (google-genai, the Gemini
+    CLI, ADK, LangChain, Vercel, LiteLLM), and the REST API's ``?key=`` (no request log line
+    holds a query string)."""
+    out = [request.headers.get("x-goog-api-key", "")]
+    if "key" in request.query:
+        out.append(request.query["key"])
+    return [k for k in out if k]
+
+
+# ------------------------------------------------------------------ OpenAPI
+
+
+class _Out(BaseModel):
+    model_config = ConfigDict(extra="forbid")
+
+
+class FunctionCallOut(_Out):
+    name: str
+    args: dict[str, Any]
+    id: str
+
+
+class PartOut(_Out):
+    text: str | None = None
+    thought: bool | None = None
+    functionCall: FunctionCallOut | None = None
+
+
+class ContentOut(_Out):
+    role: Literal["model"]
+    parts: list[PartOut]
+
+
+class CandidateOut(_Out):
+    content: ContentOut
+    index: int
+    finishReason: Literal["STOP", "MAX_TOKENS"] | None = None
+
+
+class UsageMetadataOut(_Out):
+    promptTokenCount: int
+    candidatesTokenCount: int
+    totalTokenCount: int
+    cachedContentTokenCount: int
+    thoughtsTokenCount: int
+
+
+class GenerateContentResponse(_Out):
+    """A ``generateContent`` answer, or one chunk of its stream."""
+
+    candidates: list[CandidateOut]
+    usageMetadata: UsageMetadataOut | None = None
+    modelVersion: str
+    responseId: str
+
+
+class CountTokensResponse(_Out):
+    totalTokens: int
+
+
+class GoogleErrorDetail(BaseModel):
+    code: int
+    message: str
+    status: str
+    details: list[dict[str, Any]] = Field(default_factory=list)
+
+
+class GoogleErrorBody(BaseModel):
+    """Every error on the Gemini API's paths."""
+
+    error: GoogleErrorDetail
+
+
+OPENAPI_MODELS: apidoc.ModelSchemas = (
+    (GenerateContentRequest, "validation"),
+    (CountTokensRequest, "validation"),
+    (GenerateContentResponse, "serialization"),
+    (CountTokensResponse, "serialization"),
+    (GoogleErrorBody, "serialization"),
+)
+
+
+def generate_content_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+    """The Gemini API's paths under ``/v1beta`` and ``/v1`` (docs/gemini-api.md)."""
+    error = ref[GoogleErrorBody]
+    model = {
+        "name": "model",
+        "in": "path",
+        "required": True,
+        "description": "any model id the gateway serves, with or without 'models/'",
+        "schema": {"type": "string"},
+    }
+    whole = apidoc.answer(
+        "The answer: one GenerateContentResponse",
+        {apidoc.JSON: {"schema": ref[GenerateContentResponse]}},
+    )
+    streamed = apidoc.answer(
+        "With ?alt=sse, server-sent 'data:' events, each a GenerateContentResponse (keep-alives "
+        "are empty-text chunks; the last chunk has finishReason; a failure after the first "
+        "event is a 'data: {\"error\": ...}' event); without it, a JSON array of them",
+        {
+            apidoc.SSE: apidoc.sse(apidoc.json_text(ref[GenerateContentResponse])),
+            apidoc.JSON: {"schema": {"type": "array", "items": ref[GenerateContentResponse]}},
+        },
+    )
+    counted = apidoc.answer(
+        "An estimate: the rendered prompt's characters / 4",
+        {apidoc.JSON: {"schema": ref[CountTokensResponse]}},
+    )
+    paths: dict[str, Any] = {}
+    for prefix in ("/v1beta", "/v1"):
+        for verb, op, summary, answer, errs in (
+            ("generateContent", "generateContent", "Generate content", whole, apidoc.CALL_ERRORS),
+            (
+                "streamGenerateContent",
+                "streamGenerateContent",
+                "Generate content as a stream",
+                streamed,
+                apidoc.CALL_ERRORS,
+            ),
+            ("countTokens", "countTokens", "Estimate tokens", counted, apidoc.COUNT_ERRORS),
+        ):
+            request = (
+                ref[CountTokensRequest] if verb == "countTokens" else ref[GenerateContentRequest]
+            )
+            operation = apidoc.post(
+                f"{op}{prefix.replace('/', '_')}",
+                f"{summary} (Google's Gemini API; docs/gemini-api.md)",
+                request,
+                answer,
+                apidoc.errors(errs, error),
+            )
+            operation["post"]["parameters"] = [model]
+            paths[f"{prefix}/models/{{model}}:{verb}"] = operation
+    return paths

@@ -14,7 +14,8 @@ honour it. ``server_tools = "refuse"`` (docs/configuration.md) keeps the strict 
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
 
 from aiohttp import web
 
@@ -27,6 +28,21 @@ HINT = (
     "the gateway runs each CLI sealed, with its own tools off, so nothing runs a search, "
     "code or a fetch on the server's side; declare a client tool and run it yourself"
 )
+
+
+@dataclass(frozen=True)
+class Dropped:
+    """A server tool left out of a request: its name (the tool's type, or Google's key) and
+    where the client declared it."""
+
+    name: str
+    param: str
+
+
+def enforce(dropped: Sequence[Dropped], mode: str) -> None:
+    """``server_tools = "refuse"``: the first server tool declared is a 400."""
+    if dropped and mode == "refuse":
+        raise refused(dropped[0].name, dropped[0].param)
 
 
 def refused(kind: str, param: str) -> APIError:
