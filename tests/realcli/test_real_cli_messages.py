@@ -28,7 +28,7 @@ from anthropic.types import Message
 
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
-from cli_proxy.server.wire import anthropic as anthropic_wire
+from cli_proxy.server.wire import messages as anthropic_wire
 from cli_proxy.server.wire.messages import MessagesRequest, ThinkingBlock, thinking_shown
 from tests.conftest import Served, ServeFactory, fake
 from tests.fakes.fake_model_api import (
