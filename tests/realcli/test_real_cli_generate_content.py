@@ -21,6 +21,7 @@ from google.genai import types
 
 from cli_proxy.server.wire import generate_content as gc_wire
 from tests.conftest import fake
+from tests.realcli import test_real_cli_messages
 from tests.realcli.test_real_cli_messages import (
     CLAUDE,
     CLI_DIR,
@@ -30,9 +31,10 @@ from tests.realcli.test_real_cli_messages import (
     Stack,
     answer_json,
     prompt_text,
-    stack,  # noqa: F401 (the fixture)
 )
 from tests.server.test_messages import PNG
+
+stack = test_real_cli_messages.stack  # the fixture: the gateway, the real CLIs, the fake API
 
 pytestmark = [
     pytest.mark.realcli,
