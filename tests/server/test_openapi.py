@@ -66,6 +66,13 @@ def test_the_document_is_valid_openapi_3_1() -> None:
         ("GET", "/metrics"),
         ("GET", "/health/ready"),
         ("GET", "/openapi.json"),
+        *{
+            ("POST", f"{prefix}/models/{{model}}:{verb}")
+            for prefix in ("/v1beta", "/v1")
+            for verb in ("generateContent", "streamGenerateContent", "countTokens")
+        },
+        ("GET", "/v1beta/models"),
+        ("GET", "/v1beta/models/{model}"),
     }
 
 
@@ -81,6 +88,10 @@ def test_statuses_and_media_types_are_the_servers() -> None:
     assert chat["429"]["headers"]["Retry-After"]
     for name, path in paths.items():
         body = "AnthropicErrorBody" if name.startswith("/v1/messages") else "ErrorBody"
+        if name.startswith("/v1beta/") or name.endswith(
+            (":generateContent", ":streamGenerateContent", ":countTokens")
+        ):
+            body = "GoogleErrorBody"
         for op in path.values():
             for status, answer in op["responses"].items():
                 if status.startswith(("4", "5")):

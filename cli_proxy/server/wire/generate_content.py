@@ -858,7 +858,25 @@ class GoogleErrorBody(BaseModel):
     error: GoogleErrorDetail
 
 
+class GeminiModel(_Out):
+    name: str
+    baseModelId: str
+    version: str
+    displayName: str
+    description: str
+    inputTokenLimit: int
+    outputTokenLimit: int
+    supportedGenerationMethods: list[str]
+    thinking: bool
+
+
+class GeminiModelList(_Out):
+    models: list[GeminiModel]
+
+
 OPENAPI_MODELS: apidoc.ModelSchemas = (
+    (GeminiModelList, "serialization"),
+    (GeminiModel, "serialization"),
     (GenerateContentRequest, "validation"),
     (CountTokensRequest, "validation"),
     (GenerateContentResponse, "serialization"),
@@ -919,4 +937,18 @@ def generate_content_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str,
             )
             operation["post"]["parameters"] = [model]
             paths[f"{prefix}/models/{{model}}:{verb}"] = operation
+    paths["/v1beta/models"] = apidoc.get(
+        "listModelsV1beta",
+        "List the models in Gemini's shape (also GET /v1/models with x-goog-api-key or "
+        "x-goog-api-client)",
+        apidoc.answer("The model list", {apidoc.JSON: {"schema": ref[GeminiModelList]}}),
+        apidoc.errors(apidoc.GET_ERRORS, error),
+    )
+    paths["/v1beta/models/{model}"] = apidoc.get(
+        "getModelV1beta",
+        "One model in Gemini's shape",
+        apidoc.answer("The model", {apidoc.JSON: {"schema": ref[GeminiModel]}}),
+        apidoc.errors((*apidoc.GET_ERRORS, 404), error),
+        parameters=[model],
+    )
     return paths
