@@ -20,7 +20,7 @@ from cli_proxy.server.calls_log import CallRecord
 from cli_proxy.server.delivery import json_response
 from cli_proxy.server.errors import APIError, api_error
 from cli_proxy.server.formats import error_response, format_for, formats
-from cli_proxy.server.guard import Guard
+from cli_proxy.server.guard import CORS_ALLOW_HEADERS, Guard
 from cli_proxy.server.handlers import GATEWAY, LOGGED, handler
 from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from cli_proxy.server.metrics import METRICS, for_gateway
@@ -190,7 +190,8 @@ def add_format_routes(app: web.Application) -> None:
 def create_app(gateway: Gateway) -> web.Application:
     s = gateway.settings
     hosts = [*s.allowed_hosts, *([s.host] if s.host not in ("0.0.0.0", "::", "") else [])]
-    guard = Guard(hosts, s.cors_origins)
+    allow_headers = [*CORS_ALLOW_HEADERS, *(h for f in formats() for h in f.cors_headers)]
+    guard = Guard(hosts, s.cors_origins, allow_headers)
     app = web.Application(
         middlewares=[errors_middleware, guard.middleware(), auth_middleware],
         client_max_size=s.max_body_bytes,

@@ -50,6 +50,7 @@ CHAT = WireFormat(
     error_status=chat_wire.chat_error_status,
     error_body=chat_wire.chat_error_body,
     log_event="chat_completion",
+    cors_headers=("OpenAI-Organization", "OpenAI-Project", "X-Stainless-Retry-Count"),
     models=ModelShape(chat_wire.chat_model_list, chat_wire.chat_model_card),
     openapi_models=chat_wire.OPENAPI_MODELS,
     openapi_paths=chat_wire.chat_openapi_paths,
@@ -71,10 +72,12 @@ def _read_responses(data: dict[str, Any], request: web.Request) -> Inbound:
     return Inbound(req, answer, dropped=tuple(dropped))
 
 
+_RESPONSES_PATHS = under("/v1/responses", "/responses")
+
 RESPONSES = WireFormat(
     name="responses",
     routes=(Route("POST", "/responses", "call", _read_responses),),
-    claims=lambda path, headers: under("/v1/responses", "/responses")(path),
+    claims=lambda path, headers: _RESPONSES_PATHS(path),
     error_status=chat_wire.chat_error_status,  # OpenAI's errors
     error_body=chat_wire.chat_error_body,
     log_event="response",
@@ -112,6 +115,7 @@ MESSAGES = WireFormat(
     error_status=messages_wire.messages_error_status,
     error_body=messages_wire.messages_error_body,
     log_event="message",
+    cors_headers=("Anthropic-Version", "Anthropic-Beta"),  # the anthropic SDKs' (browser use)
     models=ModelShape(messages_wire.messages_model_list, messages_wire.messages_model_card),
     models_claim=messages_wire.messages_models_claim,
     openapi_models=messages_wire.OPENAPI_MODELS,
@@ -175,6 +179,7 @@ GENERATE_CONTENT = WireFormat(
     ),
     models_claim=gc_wire.generate_content_models_claim,
     credentials=gc_wire.generate_content_credentials,
+    cors_headers=("X-Goog-Api-Key", "X-Goog-Api-Client"),  # @google/genai in a browser
     openapi_models=gc_wire.OPENAPI_MODELS,
     openapi_paths=gc_wire.generate_content_openapi_paths,
     error_model=gc_wire.GoogleErrorBody,

@@ -97,6 +97,7 @@ class WireFormat:
     models: ModelShape | None = None
     models_claim: Callable[[Mapping[str, str]], bool] | None = None  # the shared models path
     credentials: Callable[[web.Request], list[str]] = no_credentials  # beyond Bearer, x-api-key
+    cors_headers: tuple[str, ...] = ()  # request headers its browser clients send (preflight)
     openapi_models: ModelSchemas = ()  # its error body's model too (``error_model``)
     error_model: type[BaseModel] | None = None  # the schema of ``error_body`` in OpenAPI
     openapi_paths: Callable[[Refs], dict[str, Any]] = no_paths

@@ -85,7 +85,7 @@ def read_say(data: dict[str, Any], request: web.Request) -> Inbound:
     say = validated(SayRequest, data)
     conversation = ChatCompletionRequest.model_validate(
         {
-            "model": request.match_info["model"].removeprefix("perches/"),
+            "model": request.match_info["model"],
             "messages": [{"role": "user", "content": say.text}],
             "stream": request.query.get("alt") == "sse",
         }
@@ -111,10 +111,13 @@ _PATHS, _MODEL_PATHS = under("/vparrot"), under("/v1/models", "/models")
 PARROT = WireFormat(
     name="parrot",
     routes=(
-        Route("POST", "/perches/{model}:say", "call", read_say, prefixes=("/vparrot",)),
+        # also under /v1, beside the chat entry's GET /v1/models/{model:.+}
+        Route("POST", "/models/{model}:say", "call", read_say, prefixes=("/vparrot", "/v1")),
         Route("GET", "/perches", "models", prefixes=("/vparrot",)),
     ),
-    claims=lambda path, headers: _PATHS(path) or (models_claim(headers) and _MODEL_PATHS(path)),
+    claims=lambda path, headers: (
+        _PATHS(path) or path.endswith(":say") or (models_claim(headers) and _MODEL_PATHS(path))
+    ),
     error_status=lambda err: 418 if err.status == 404 else err.status,
     error_body=error_body,
     log_event="parrot_said",
@@ -124,9 +127,10 @@ PARROT = WireFormat(
     ),
     models_claim=models_claim,
     credentials=credentials,
+    cors_headers=("X-Parrot-Key",),
     openapi_models=((SayRequest, "validation"),),
     openapi_paths=lambda ref: {
-        "/vparrot/perches/{model}:say": apidoc.post(
+        "/vparrot/models/{model}:say": apidoc.post(
             "say",
             "Say it back",
             ref[SayRequest],
@@ -155,16 +159,17 @@ async def test_a_registered_format_gets_its_route_and_metrics_label(
     serve: ServeFactory, parrot: WireFormat
 ) -> None:
     served = await serve()
-    path = f"/vparrot/perches/{MODEL}:say"
     with structlog.testing.capture_logs() as logs:
-        async with (
-            aiohttp.ClientSession() as session,
-            session.post(url(served, path), json={"text": fake(answer="polly")}) as resp,
-        ):
-            assert resp.status == 200, await resp.text()
-            assert await resp.json() == {"said": "polly", "finish": "stop"}
-    (done,) = [e for e in logs if e["event"] == "parrot_said"]
-    assert done["api"] == "parrot" and done["status"] == 200
+        async with aiohttp.ClientSession() as session:
+            for path in (f"/vparrot/models/{MODEL}:say", f"/v1/models/{MODEL}:say"):
+                body = {"text": fake(answer="polly")}
+                async with session.post(url(served, path), json=body) as resp:
+                    assert resp.status == 200, await resp.text()
+                    assert await resp.json() == {"said": "polly", "finish": "stop"}
+            async with session.get(url(served, f"/v1/models/{MODEL}")) as resp:
+                assert (await resp.json())["id"] == MODEL  # the chat entry's route still
+    done = [e for e in logs if e["event"] == "parrot_said"]
+    assert [(e["api"], e["status"]) for e in done] == [("parrot", 200)] * 2
     scrape = served.metrics.scrape().decode()
     assert 'endpoint="parrot"' in scrape and f'model="{MODEL}"' in scrape
 
@@ -176,7 +181,7 @@ async def test_its_stream_mode_comes_from_the_query_with_its_own_keepalives(
     body = {"text": fake(answer="late", hang=1.0)}
     async with (
         aiohttp.ClientSession() as session,
-        session.post(url(served, f"/vparrot/perches/{MODEL}:say?alt=sse"), json=body) as resp,
+        session.post(url(served, f"/vparrot/models/{MODEL}:say?alt=sse"), json=body) as resp,
     ):
         assert resp.headers["Content-Type"].startswith("text/event-stream")
         raw = await resp.read()
@@ -191,15 +196,16 @@ async def test_its_error_body_before_and_after_the_stream_head(
 ) -> None:
     served = await serve()
     async with aiohttp.ClientSession() as session:
-        # before: a model no backend serves, the format's status (418 for a 404) and body
+        # before: a model no backend serves, the format's status (418 for a 404) and body,
+        # under /v1 too
         async with session.post(
-            url(served, "/vparrot/perches/no-such-model:say"), json={"text": "hi"}
+            url(served, "/v1/models/no-such-model:say"), json={"text": "hi"}
         ) as resp:
             assert resp.status == 418
             err = (await resp.json())["squawk"]
             assert err["code"] == 404 and err["status"] == "NO_SUCH_PERCH"
         # a field the parrot's reader refuses, and an unknown path under its prefix
-        async with session.post(url(served, f"/vparrot/perches/{MODEL}:say"), json={}) as resp:
+        async with session.post(url(served, f"/vparrot/models/{MODEL}:say"), json={}) as resp:
             assert resp.status == 400
             assert (await resp.json())["squawk"]["status"] == "BAD_PARROT"
         async with session.get(url(served, "/vparrot/nowhere")) as resp:
@@ -207,7 +213,7 @@ async def test_its_error_body_before_and_after_the_stream_head(
         # after the head: the format's own error event
         spec = fake(answer="partial", chunks=2, no_result=True, exit=1, print_before_exit=True)
         async with session.post(
-            url(served, f"/vparrot/perches/{MODEL}:say?alt=sse"), json={"text": spec}
+            url(served, f"/vparrot/models/{MODEL}:say?alt=sse"), json={"text": spec}
         ) as resp:
             assert resp.status == 200
             raw = await resp.read()
@@ -237,8 +243,23 @@ async def test_its_credentials_its_models_shape_and_its_openapi_path(
         # its key is taken on its own paths only
         async with session.get(url(served, "/v1/chat/whatever?key=sekret")) as resp:
             assert resp.status == 401
-    assert "/vparrot/perches/{model}:say" in document()["paths"]
+    assert "/vparrot/models/{model}:say" in document()["paths"]
     assert "SayRequest" in document()["components"]["schemas"]
+
+
+async def test_its_headers_are_allowed_in_a_browser_preflight(
+    serve: ServeFactory, parrot: WireFormat
+) -> None:
+    origin = "https://app.example"
+    served = await serve(cors_origins=[origin])
+    headers = {"Origin": origin, "Access-Control-Request-Method": "POST"}
+    async with (
+        aiohttp.ClientSession() as session,
+        session.options(url(served, f"/vparrot/models/{MODEL}:say"), headers=headers) as resp,
+    ):
+        assert resp.status == 204
+        allowed = [h.strip() for h in resp.headers["Access-Control-Allow-Headers"].split(",")]
+    assert "X-Parrot-Key" in allowed and "Anthropic-Version" in allowed  # and the others'
 
 
 def test_the_table_names_each_format_once_and_unregisters(parrot: WireFormat) -> None:
@@ -248,4 +269,4 @@ def test_the_table_names_each_format_once_and_unregisters(parrot: WireFormat) ->
     assert format_for("/v1/models", {"x-parrot-key": "k"}) is parrot
     unregister("parrot")
     assert "parrot" not in [f.name for f in formats()]
-    assert "/vparrot/perches/{model}:say" not in document()["paths"]
+    assert "/vparrot/models/{model}:say" not in document()["paths"]
