@@ -7,8 +7,8 @@ containment (its launcher: bwrap or setpriv, private home, work dir, session, re
 so the throughput ratio separates the gateway's cost from the containment's. Prints a table
 and writes bench/results.json. Targets are reported, not enforced: the exit code is 0 either way.
 ``python bench/run.py --only answer-reader`` runs the in-process answer reader rows alone,
-``--only messages`` the Messages API's rows against chat completions (printed, no file
-written).
+``--only messages`` the Messages API's rows against chat completions, ``--only
+generate-content`` Google's streamGenerateContent's (printed, no file written).
 """
 
 from __future__ import annotations
@@ -319,23 +319,40 @@ async def first_content(
 async def messages_against_chat(url: str, pid: int) -> None:
     """The Messages API beside chat completions on the same fake backend, interleaved: what
     its request model and delivery format cost on top of the same pipeline."""
-    chat = ("/v1/chat/completions", BODY, b'"content":"Hello')
     messages = ("/v1/messages", MESSAGES_BODY, b'"text_delta"')
+    await against_chat(url, pid, "7.", "messages", messages)
+
+
+GENERATE_BODY = {"contents": [{"role": "user", "parts": [{"text": "say hi"}]}]}
+
+
+async def generate_content_against_chat(url: str, pid: int) -> None:
+    """Google's streamGenerateContent (SSE) beside chat completions, the same way."""
+    path = f"/v1beta/models/{MODEL}:streamGenerateContent?alt=sse"
+    await against_chat(url, pid, "8.", "generate_content", (path, GENERATE_BODY, b'"text":"Hello'))
+
+
+async def against_chat(
+    url: str, pid: int, number: str, name: str, other: tuple[str, dict[str, Any], bytes]
+) -> None:
+    """Another API beside chat completions on the same fake backend, streamed, call by call
+    interleaved (first content) and in alternating blocks of 10 calls (gateway CPU)."""
+    chat = ("/v1/chat/completions", BODY, b'"content":"Hello')
     gw = psutil.Process(pid)
     async with aiohttp.ClientSession() as session:
-        for path, body, marker in (chat, messages):  # warm-up
+        for path, body, marker in (chat, other):  # warm-up
             for _ in range(3):
                 await first_content(session, url, path, body, marker)
         c: list[float] = []
         m: list[float] = []
-        cpu = {chat[0]: 0.0, messages[0]: 0.0}
-        for i in range(60):  # call by call: chat, messages / messages, chat
-            for path, body, marker in (chat, messages) if i % 2 == 0 else (messages, chat):
+        cpu = {chat[0]: 0.0, other[0]: 0.0}
+        for i in range(60):  # call by call: chat, other / other, chat
+            for path, body, marker in (chat, other) if i % 2 == 0 else (other, chat):
                 (c if path == chat[0] else m).append(
                     await first_content(session, url, path, body, marker)
                 )
         for i in range(8):  # CPU in blocks of 10 calls, alternating (ticks are 10 ms)
-            for path, body, marker in (chat, messages) if i % 2 == 0 else (messages, chat):
+            for path, body, marker in (chat, other) if i % 2 == 0 else (other, chat):
                 before = gw.cpu_times()
                 for _ in range(10):
                     await first_content(session, url, path, body, marker)
@@ -343,12 +360,13 @@ async def messages_against_chat(url: str, pid: int) -> None:
                 cpu[path] += (after.user + after.system) - (before.user + before.system)
     paired = [b - a for a, b in zip(c, m, strict=True)]
     spread = pct(c, 75) - pct(c, 25)
-    chat_cpu, msg_cpu = cpu[chat[0]] * 1000 / 40, cpu[messages[0]] * 1000 / 40
-    print("7. /v1/messages against /v1/chat/completions (same fake claude, streamed, interleaved)")
+    chat_cpu, other_cpu = cpu[chat[0]] * 1000 / 40, cpu[other[0]] * 1000 / 40
+    print(f"{number} {other[0]} against /v1/chat/completions")
+    print("   (same fake claude, streamed, interleaved)")
     row("chat: first content, median", statistics.median(c), "ms", "", None)
-    row("messages: first content, median", statistics.median(m), "ms", "", None)
+    row(f"{name}: first content, median", statistics.median(m), "ms", "", None)
     row(
-        "messages minus chat, median of paired differences",
+        f"{name} minus chat, median of paired differences",
         statistics.median(paired),
         "ms",
         f"|x| <= {spread / 2:.2f} ms",
@@ -356,13 +374,13 @@ async def messages_against_chat(url: str, pid: int) -> None:
     )
     row("chat: first content, interquartile range", spread, "ms", "", None)
     row("chat: gateway CPU per call", chat_cpu, "ms", "", None)
-    row("messages: gateway CPU per call", msg_cpu, "ms", "", None)
+    row(f"{name}: gateway CPU per call", other_cpu, "ms", "", None)
     row(
-        "messages/chat gateway CPU per call",
-        msg_cpu / chat_cpu,
+        f"{name}/chat gateway CPU per call",
+        other_cpu / chat_cpu,
         "",
         "<= 1.1",
-        msg_cpu / chat_cpu <= 1.1,
+        other_cpu / chat_cpu <= 1.1,
     )
 
 
@@ -581,10 +599,13 @@ async def main() -> None:
     if sys.argv[1:] == ["--only", "answer-reader"]:  # in-process, no gateway; prints only
         answer_reader()
         return
-    if sys.argv[1:] == ["--only", "messages"]:  # the Messages API rows alone; prints only
-        proc, url = start_gateway()
+    if sys.argv[1:2] == ["--only"] and sys.argv[2:] in (["messages"], ["generate-content"]):
+        proc, url = start_gateway()  # one API's rows against chat alone; prints only
         try:
-            await messages_against_chat(url, proc.pid)
+            if sys.argv[2] == "messages":
+                await messages_against_chat(url, proc.pid)
+            else:
+                await generate_content_against_chat(url, proc.pid)
         finally:
             proc.terminate()
             proc.wait(10)
@@ -605,6 +626,7 @@ async def main() -> None:
         await memory(url, proc.pid, fresh)
         answer_reader()
         await messages_against_chat(url, proc.pid)
+        await generate_content_against_chat(url, proc.pid)
     finally:
         proc.terminate()
         proc.wait(10)

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 from pathlib import Path
-from typing import Annotated, Any
+from typing import Annotated, Any, Literal
 
 from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
@@ -140,6 +140,12 @@ class Settings(BaseSettings):
     """Chat completions carry what the model thought as ``reasoning_content`` (message and
     deltas). Off: nothing changes on the wire. The Responses API shows reasoning when the
     request asks for a summary (``reasoning.summary``), whatever this says."""
+
+    server_tools: Literal["drop", "refuse"] = "drop"
+    """Server-side tools a request declares (web search, code execution, URL fetch: the API
+    provider's, which no sealed CLI runs): ``drop`` leaves them out of what the model sees and
+    names them in the ``x-cli-proxy-dropped-tools`` header and the request log; ``refuse``
+    answers 400 instead. A ``tool_choice`` forcing one is a 400 either way."""
 
     function_list_threshold: int = Field(default=10, ge=0)
     sanitize_system: bool = True

@@ -26,6 +26,7 @@ from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from cli_proxy.server.metrics import METRICS, for_gateway
 from cli_proxy.server.openapi import openapi_json
 from cli_proxy.server.status import STATUS_PATH, add_status_page
+from cli_proxy.server.wire import server_tools
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 # the call routes, by the name of their format: a request refused before its call ran is
@@ -196,6 +197,7 @@ def create_app(gateway: Gateway) -> web.Application:
         client_max_size=s.max_body_bytes,
     )
     app.on_response_prepare.append(guard.on_prepare)
+    app.on_response_prepare.append(server_tools.on_prepare)  # x-cli-proxy-dropped-tools
     app[GATEWAY] = gateway
     app[METRICS] = metrics = for_gateway(gateway)
     app[CALL_ROUTES] = {}

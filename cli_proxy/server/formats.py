@@ -15,14 +15,17 @@ from cli_proxy.config import Settings
 from cli_proxy.run.call import Call
 from cli_proxy.server.delivery import json_response
 from cli_proxy.server.delivery.chat import ChatFormat
+from cli_proxy.server.delivery.generate_content import GenerateContentFormat
 from cli_proxy.server.delivery.messages import MessagesFormat
 from cli_proxy.server.delivery.responses import ResponsesFormat
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire import chat as chat_wire
+from cli_proxy.server.wire import generate_content as gc_wire
 from cli_proxy.server.wire import messages as messages_wire
 from cli_proxy.server.wire import responses as responses_wire
 from cli_proxy.server.wire.fields import validated
-from cli_proxy.server.wireformat import Inbound, ModelShape, Route, WireFormat, under
+from cli_proxy.server.wire.server_tools import Dropped
+from cli_proxy.server.wireformat import Inbound, ModelShape, Reader, Route, WireFormat, under
 
 # ------------------------------------------------------------------ chat completions
 
@@ -60,12 +63,13 @@ CHAT = WireFormat(
 
 def _read_responses(data: dict[str, Any], request: web.Request) -> Inbound:
     rreq = validated(responses_wire.ResponsesRequest, data)
-    req = responses_wire.responses_to_chat(rreq)
+    dropped: list[Dropped] = []
+    req = responses_wire.responses_to_chat(rreq, dropped)
 
     def answer(call: Call, settings: Settings) -> ResponsesFormat:
         return ResponsesFormat(rreq, req, call.plan.call.ids)
 
-    return Inbound(req, answer)
+    return Inbound(req, answer, dropped=tuple(dropped))
 
 
 _RESPONSES_PATHS = under("/v1/responses", "/responses")
@@ -92,7 +96,7 @@ def _read_message(data: dict[str, Any], request: web.Request) -> Inbound:
     def answer(call: Call, settings: Settings) -> MessagesFormat:
         return MessagesFormat(mreq, call.plan.call.ids)
 
-    return Inbound(chat.request, answer, param=chat.param)
+    return Inbound(chat.request, answer, param=chat.param, dropped=tuple(chat.dropped))
 
 
 def _read_token_count(data: dict[str, Any], request: web.Request) -> Inbound:
@@ -119,9 +123,71 @@ MESSAGES = WireFormat(
     error_model=messages_wire.AnthropicErrorBody,
 )
 
+# ------------------------------------------------------------------ Gemini's generateContent
+
+
+def _read_generate(stream: bool) -> Reader:
+    """``:generateContent`` or ``:streamGenerateContent`` (with ``?alt=sse`` SSE, without it
+    the REST API's JSON array)."""
+
+    def read(data: dict[str, Any], request: web.Request) -> Inbound:
+        model = gc_wire.generate_content_model(request.match_info["model"])
+        greq = gc_wire.generate_content_request(data)
+        chat = gc_wire.generate_content_to_chat(greq, model, stream)
+        sse = request.query.get("alt", "").lower() == "sse"
+
+        def answer(call: Call, settings: Settings) -> GenerateContentFormat:
+            return GenerateContentFormat(model, call.plan.call.ids, chat.thoughts, sse)
+
+        return Inbound(chat.request, answer, param=chat.param, dropped=tuple(chat.dropped))
+
+    return read
+
+
+def _read_count(data: dict[str, Any], request: web.Request) -> Inbound:
+    model = gc_wire.generate_content_model(request.match_info["model"])
+    greq = gc_wire.generate_content_count_request(data)
+    chat = gc_wire.generate_content_to_chat(greq, model, False)
+    return Inbound(chat.request, count=gc_wire.generate_content_count, param=chat.param)
+
+
+_GOOGLE = ("/v1beta", "/v1")  # the Gemini CLI and google-genai 2.x call /v1beta, 3.x /v1
+
+GENERATE_CONTENT = WireFormat(
+    name="generate_content",
+    routes=(
+        Route("POST", "/models/{model:.+}:generateContent", "call", _read_generate(False), _GOOGLE),
+        Route(
+            "POST",
+            "/models/{model:.+}:streamGenerateContent",
+            "call",
+            _read_generate(True),
+            _GOOGLE,
+        ),
+        Route("POST", "/models/{model:.+}:countTokens", "count", _read_count, _GOOGLE),
+        Route("GET", "/models", "models", prefixes=("/v1beta",)),  # /v1: chat's, claimed
+        Route("GET", "/models/{model:.+}", "model", prefixes=("/v1beta",)),
+    ),
+    claims=gc_wire.generate_content_claims,
+    error_status=gc_wire.generate_content_error_status,
+    error_body=gc_wire.generate_content_error_body,
+    log_event="generate_content",
+    models=ModelShape(
+        gc_wire.generate_content_model_list,
+        gc_wire.generate_content_model_card,
+        gc_wire.generate_content_model_id,
+    ),
+    models_claim=gc_wire.generate_content_models_claim,
+    credentials=gc_wire.generate_content_credentials,
+    cors_headers=("X-Goog-Api-Key", "X-Goog-Api-Client"),  # @google/genai in a browser
+    openapi_models=gc_wire.OPENAPI_MODELS,
+    openapi_paths=gc_wire.generate_content_openapi_paths,
+    error_model=gc_wire.GoogleErrorBody,
+)
+
 # ------------------------------------------------------------------ the table
 
-_TABLE: list[WireFormat] = [CHAT, RESPONSES, MESSAGES]
+_TABLE: list[WireFormat] = [CHAT, RESPONSES, MESSAGES, GENERATE_CONTENT]
 
 
 def formats() -> tuple[WireFormat, ...]:

@@ -27,6 +27,7 @@ from cli_proxy.server.delivery import DELIVERED, HEAD_SENT, SLOW, deliver, json_
 from cli_proxy.server.errors import APIError, api_error
 from cli_proxy.server.formats import models_shape
 from cli_proxy.server.metrics import METRICS
+from cli_proxy.server.wire import server_tools
 from cli_proxy.server.wire.chat import ModelCard
 from cli_proxy.server.wireformat import Inbound, Reader, Route, WireFormat
 
@@ -98,6 +99,9 @@ async def _inbound(request: web.Request, read: Reader) -> Inbound:
 
 async def _call(request: web.Request, fmt: WireFormat, read: Reader) -> web.StreamResponse:
     inbound = await _inbound(request, read)
+    if inbound.dropped:  # server tools: left out and named, or refused (server_tools.py)
+        server_tools.enforce(inbound.dropped, request.app[GATEWAY].settings.server_tools)
+        request[server_tools.DROPPED] = tuple(d.name for d in inbound.dropped)
     try:
         return await run_logged(request, inbound, fmt)
     except InvalidRequest as exc:  # found by the planner: name the field as the client sent it
@@ -134,6 +138,8 @@ async def run_logged(request: web.Request, inbound: Inbound, fmt: WireFormat) ->
         stream=bool(req.stream),
         tools=len(req.tools or []),
     )
+    if inbound.dropped:
+        logger = logger.bind(dropped_tools=[d.name for d in inbound.dropped])
     if gw.settings.log_prompts:
         logger.debug("prompt", prompt=call.plan.call.prompt)
     status, code = 200, ""

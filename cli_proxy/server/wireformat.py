@@ -22,6 +22,7 @@ from cli_proxy.protocol import ChatCompletionRequest
 from cli_proxy.server.apidoc import ModelSchemas
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire.chat import ModelCard
+from cli_proxy.server.wire.server_tools import Dropped
 
 if TYPE_CHECKING:
     from cli_proxy.run.call import Call
@@ -52,6 +53,7 @@ class Inbound:
     answer: Callable[[Call, Settings], Format] | None = None
     count: Callable[[int], dict[str, Any]] | None = None  # the body for a token estimate
     param: Callable[[str | None], str | None] = same  # a planner's field path, as the API names it
+    dropped: tuple[Dropped, ...] = ()  # server tools left out (wire/server_tools.py)
 
 
 Reader = Callable[[dict[str, Any], web.Request], Inbound]

@@ -66,6 +66,13 @@ def test_the_document_is_valid_openapi_3_1() -> None:
         ("GET", "/metrics"),
         ("GET", "/health/ready"),
         ("GET", "/openapi.json"),
+        *{
+            ("POST", f"{prefix}/models/{{model}}:{verb}")
+            for prefix in ("/v1beta", "/v1")
+            for verb in ("generateContent", "streamGenerateContent", "countTokens")
+        },
+        ("GET", "/v1beta/models"),
+        ("GET", "/v1beta/models/{model}"),
     }
 
 
@@ -81,6 +88,10 @@ def test_statuses_and_media_types_are_the_servers() -> None:
     assert chat["429"]["headers"]["Retry-After"]
     for name, path in paths.items():
         body = "AnthropicErrorBody" if name.startswith("/v1/messages") else "ErrorBody"
+        if name.startswith("/v1beta/") or name.endswith(
+            (":generateContent", ":streamGenerateContent", ":countTokens")
+        ):
+            body = "GoogleErrorBody"
         for op in path.values():
             for status, answer in op["responses"].items():
                 if status.startswith(("4", "5")):
@@ -405,6 +416,33 @@ def assert_anthropic_shaped(status: int, ctype: str, content: bytes, label: str)
         assert isinstance(body["error"]["message"], str) and body["error"]["message"]
 
 
+def assert_google_shaped(status: int, ctype: str, content: bytes, label: str) -> None:
+    """The Gemini API's answers: ``data:`` events only (keep-alives too: never a comment
+    line), or a JSON array, ended by a chunk with ``finishReason`` or an error; its error
+    body, never another API's."""
+    if status == 200 and ctype.startswith("text/event-stream"):
+        lines = [ln for ln in content.decode("utf-8").splitlines() if ln]
+        assert lines and all(ln.startswith("data: ") for ln in lines), (label, lines[:3])
+        last = json.loads(lines[-1][6:])
+        assert "error" in last or last["candidates"][0].get("finishReason"), (label, last)
+        return
+    assert ctype.startswith("application/json"), (label, status, ctype, content[:300])
+    body = json.loads(content)
+    if status == 200 and isinstance(body, list):  # the JSON-array stream
+        assert "error" in body[-1] or body[-1]["candidates"][0].get("finishReason"), label
+        return
+    if status >= 400:
+        assert set(body) == {"error"}, (label, body)
+        assert set(body["error"]) == {"code", "message", "status", "details"}, (label, body)
+        assert body["error"]["code"] == status and body["error"]["status"].isupper(), label
+
+
+def google_path(op: str) -> bool:
+    return "/v1beta/" in op or op.endswith(
+        (":generateContent", ":streamGenerateContent", ":countTokens")
+    )
+
+
 def chat_code(live: LiveGateway, http: requests.Session, body: Any) -> str:
     """The gateway's error code for a Messages request, from the same request on the chat
     path (the fake CLI answers a prompt the same way every time)."""
@@ -425,7 +463,17 @@ def run_case(case: schemathesis.Case, live: LiveGateway, http: requests.Session,
     STATUSES[(op, resp.status_code)] = STATUSES.get((op, resp.status_code), 0) + 1
     anthropic_path = op.startswith("POST /v1/messages")
     shaped = assert_anthropic_shaped if anthropic_path else assert_openai_shaped
+    if google_path(op):
+        shaped = assert_google_shaped
     shaped(resp.status_code, header(resp, "Content-Type"), resp.content, label)
+    if resp.status_code == 502 and google_path(op):
+        reason = json.loads(resp.content)["error"]["details"][0]["reason"].lower()
+        assert reason in ANSWER_CODES, label
+        case.validate_response(
+            resp,
+            checks=[status_code_conformance, content_type_conformance, response_schema_conformance],
+        )
+        return
     if resp.status_code == 502 and anthropic_path:
         assert chat_code(live, http, case.body) in ANSWER_CODES, label
         case.validate_response(
@@ -583,6 +631,9 @@ def fuzz(op_name: str, mode: schemathesis.GenerationMode) -> Any:
         messages = isinstance(case.body, dict) and "messages" in case.body
         if text is not None and model is not None and messages and "/v1/messages" in op_name:
             case.body["messages"] = [{"role": "user", "content": text or "hi"}]
+        contents = isinstance(case.body, dict) and "contents" in case.body
+        if text is not None and model is not None and contents:  # likewise random parts
+            case.body["contents"] = [{"role": "user", "parts": [{"text": text or "hi"}]}]
         if model is not None and case.path_parameters and "model" in case.path_parameters:
             case.path_parameters["model"] = model
         run_case(case, live, http, op_name)

@@ -315,11 +315,11 @@ async def test_output_limit_is_incomplete(served: Served, strict: openai.AsyncOp
         ({"previous_response_id": "resp_1"}, "previous_response_id", "keeps no state"),
         ({"conversation": "conv_1"}, "conversation", "keeps no state"),
         ({"input": []}, "input", "at least one item"),
-        ({"tools": [{"type": "file_search"}]}, "tools[0].type", "only function tools"),
+        ({"tool_choice": {"type": "file_search"}}, "tool_choice.type", "forces the server tool"),
         ({"tools": [{"type": "function", "name": "bad name"}]}, "tools[0].name", "pattern"),
         ({"text": {"format": {"type": "grammar"}}}, "text.format.type", "grammar"),
         ({"input": [{"role": "tool", "content": "x"}]}, "input[0].role", "role"),
-        ({"tool_choice": {"type": "web_search"}}, "tool_choice", "tool_choice"),
+        ({"tool_choice": {"type": "web_search"}}, "tool_choice.type", "cannot run"),
     ],
 )
 async def test_refused_requests(

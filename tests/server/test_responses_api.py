@@ -126,7 +126,7 @@ async def test_stream_event_order_for_text(served: Served) -> None:
     ("kwargs", "status", "param"),
     [
         ({"previous_response_id": "resp_1"}, 400, "previous_response_id"),
-        ({"tools": [{"type": "web_search"}]}, 400, "tools[0].type"),
+        ({"tool_choice": {"type": "web_search"}}, 400, "tool_choice.type"),
         ({"model": "gpt-4o"}, 404, "model"),
         ({"input": [{"type": "computer_call_output"}]}, 400, "input[0].type"),
     ],

@@ -30,6 +30,7 @@ from pydantic import (
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
 from cli_proxy.server import apidoc
 from cli_proxy.server.errors import APIError
+from cli_proxy.server.wire import server_tools
 from cli_proxy.server.wire.chat import ModelCard
 from cli_proxy.server.wire.fields import dotted, from_validation_error
 from cli_proxy.server.wireformat import under
@@ -258,9 +259,15 @@ class Translated:
     """The chat request, and where each chat message (and content part) came from, so an
     error found later (an image the planner refuses) names the field the client sent."""
 
-    def __init__(self, request: ChatCompletionRequest, origins: dict[str, str]) -> None:
+    def __init__(
+        self,
+        request: ChatCompletionRequest,
+        origins: dict[str, str],
+        dropped: list[server_tools.Dropped] | None = None,
+    ) -> None:
         self.request = request
         self.origins = origins
+        self.dropped = dropped or []  # server tools left out (wire/server_tools.py)
 
     def param(self, chat_param: str | None) -> str | None:
         """A chat field path (``messages[3].content[1].image_url.url``) as the client's."""
@@ -299,7 +306,9 @@ _EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "
 
 
 def messages_to_chat(req: MessagesRequest) -> Translated:
-    """The Messages request as the gateway's one conversation model (pure)."""
+    """The Messages request as the gateway's one conversation model (pure). Server tools
+    (a ``type`` other than ``custom``) are left out and named in ``dropped``
+    (wire/server_tools.py); a ``tool_choice`` forcing one is refused."""
     if req.mcp_servers:
         raise APIError(
             400,
@@ -335,10 +344,23 @@ def messages_to_chat(req: MessagesRequest) -> Translated:
     user = (req.metadata or {}).get("user_id")
     if isinstance(user, str):
         chat["user"] = user
+    dropped: dict[str, server_tools.Dropped] = {}  # by the server tool's name
     if req.tools:
-        chat["tools"] = [_messages_tool(t, i) for i, t in enumerate(req.tools)]
+        tools: list[dict[str, Any]] = []
+        for i, t in enumerate(req.tools):
+            if t.type not in (None, "custom"):
+                dropped[t.name] = server_tools.Dropped(t.type, f"tools[{i}].type")
+                continue
+            origins[f"tools[{len(tools)}]"] = f"tools[{i}]"
+            tools.append(_messages_tool(t, i))
+        if tools:
+            chat["tools"] = tools
     if req.tool_choice is not None:
         choice = req.tool_choice
+        if choice.type == "tool" and choice.name in dropped:
+            raise server_tools.forced(dropped[choice.name].name, "tool_choice.name")
+        if choice.type in ("any", "tool") and "tools" not in chat and dropped:
+            raise server_tools.forced(next(iter(dropped.values())).name, "tool_choice.type")
         if choice.type == "tool":
             if not choice.name:
                 raise APIError(400, "tool_choice of type 'tool' needs a name", param="tool_choice")
@@ -354,9 +376,10 @@ def messages_to_chat(req: MessagesRequest) -> Translated:
     if fmt is not None:
         chat["response_format"] = _messages_text_format(fmt)
     try:
-        return Translated(ChatCompletionRequest.model_validate(chat), origins)
+        request = ChatCompletionRequest.model_validate(chat)
     except ValidationError as exc:
         raise _chat_error(exc, origins) from None
+    return Translated(request, origins, list(dropped.values()))
 
 
 def _chat_error(exc: ValidationError, origins: dict[str, str]) -> APIError:
@@ -508,13 +531,6 @@ def _refused(block: Any, where: str, role: str) -> APIError:
 
 
 def _messages_tool(tool: ToolParam, index: int) -> dict[str, Any]:
-    if tool.type not in (None, "custom"):
-        raise APIError(
-            400,
-            f"tool {tool.name!r} of type {tool.type!r}: {_SERVER_TOOL_HINT}",
-            param=f"tools[{index}].type",
-            code="unsupported_tool",
-        )
     if tool.input_schema is None:
         raise APIError(
             400,

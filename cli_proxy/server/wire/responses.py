@@ -17,6 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, ValidationError
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
 from cli_proxy.server import apidoc
 from cli_proxy.server.errors import APIError
+from cli_proxy.server.wire import server_tools
 from cli_proxy.server.wire.chat import ErrorBody
 from cli_proxy.server.wire.fields import from_validation_error
 
@@ -45,8 +46,14 @@ class ResponsesRequest(BaseModel):
 # -------------------------------------------------------------------- request side
 
 
-def responses_to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
-    """Responses input items -> chat messages; consecutive function calls form one turn."""
+def responses_to_chat(
+    req: ResponsesRequest, dropped: list[server_tools.Dropped] | None = None
+) -> ChatCompletionRequest:
+    """Responses input items -> chat messages; consecutive function calls form one turn.
+    Tools other than functions (``web_search*``, ``file_search``, ``code_interpreter``, ...:
+    server tools) are left out and appended to ``dropped`` (wire/server_tools.py); a
+    ``tool_choice`` forcing one is refused."""
+    dropped = dropped if dropped is not None else []
     if req.previous_response_id:
         raise APIError(
             400,
@@ -111,10 +118,27 @@ def responses_to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
     for knob in ("temperature", "top_p", "user"):
         if getattr(req, knob) is not None:
             chat[knob] = getattr(req, knob)
+    tool_index: dict[int, int] = {}  # chat's tools[k] -> the request's tools[i]
     if req.tools:
-        chat["tools"] = [_tool(t, i) for i, t in enumerate(req.tools)]
+        tools: list[dict[str, Any]] = []
+        for i, t in enumerate(req.tools):
+            kind = t.get("type")
+            if kind != "function":
+                dropped.append(server_tools.Dropped(str(kind), f"tools[{i}].type"))
+                continue
+            tool_index[len(tools)] = i
+            tools.append(_tool(t, i))
+        if tools:
+            chat["tools"] = tools
     if req.tool_choice is not None:
-        chat["tool_choice"] = _tool_choice(req.tool_choice)
+        choice = req.tool_choice
+        kind = choice.get("type") if isinstance(choice, dict) else None
+        if kind is not None and kind not in ("function", "allowed_tools"):
+            raise server_tools.forced(str(kind), "tool_choice.type")  # a server tool, forced
+        if choice == "required" and "tools" not in chat and dropped:
+            raise server_tools.forced(dropped[0].name, "tool_choice")
+        if "tools" in chat or not dropped:  # else "auto"/"none" of tools all left out
+            chat["tool_choice"] = _tool_choice(choice)
     if req.parallel_tool_calls is not None:
         chat["parallel_tool_calls"] = req.parallel_tool_calls
     if req.reasoning and req.reasoning.get("effort") is not None:
@@ -125,7 +149,11 @@ def responses_to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
         err = from_validation_error(exc)
         if err.param and err.param.startswith("tools["):
             # chat nests a tool under "function"; name the field as the client sent it
-            new = re.sub(r"^(tools\[\d+\])\.function\b", r"\1", err.param)
+            new = re.sub(
+                r"^tools\[(\d+)\]\.function\b",
+                lambda m: f"tools[{tool_index.get(int(m[1]), int(m[1]))}]",
+                err.param,
+            )
             err.message = err.message.replace(f"'{err.param}'", f"'{new}'")
             err.param = new
         raise err from None
