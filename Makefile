@@ -61,7 +61,7 @@ test-tools:
 	@$(MAKE) --no-print-directory real-clis || echo "note: real CLIs not installed; realcli tests will skip"
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
 	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/commands/test_deploy.py) will skip"
-	@$(MAKE) --no-print-directory browser || echo "note: chromium not installed; the status page's browser test (tests/server/test_status_browser.py) will skip"
+	@$(MAKE) --no-print-directory browser || echo "note: chromium not installed; the status page's browser test (tests/server/status/test_page_browser.py) will skip"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cli_proxy tests bench scripts
@@ -77,7 +77,7 @@ check: lint test
 status-png: $(STAMP)
 	@$(MAKE) --no-print-directory browser
 	CLI_PROXY_STATUS_SCREENSHOT=$(CURDIR)/docs/status.png $(VENV)/bin/pytest -q -p no:cacheprovider \
-		--basetemp=/tmp/cli-proxy-docs tests/server/test_status_browser.py
+		--basetemp=/tmp/cli-proxy-docs tests/server/status/test_page_browser.py
 
 bench: $(STAMP)
 	$(PY) bench/run.py
@@ -118,7 +118,7 @@ balancer:
 		  { apt-get update -qq >/dev/null 2>&1 && apt-get install -y -qq haproxy >/dev/null 2>&1; }; }; }
 	@PATH="$(HAPROXY_PATH)" command -v haproxy >/dev/null
 
-# Chromium (Debian package) renders GET /status headless in tests/server/test_status_browser.py
+# Chromium (Debian package) renders GET /status headless in tests/server/status/test_page_browser.py
 # (its DOM, and a screenshot: docs/status.png). Installed when missing and we may (root + apt-get).
 browser:
 	@command -v chromium >/dev/null || { [ "$$(id -u)" = 0 ] && command -v apt-get >/dev/null && \

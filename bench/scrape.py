@@ -13,8 +13,8 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.protocol import Usage
-from cli_proxy.server.calls_log import CallRecord
 from cli_proxy.server.metrics import for_gateway
+from cli_proxy.server.status.calls_log import CallRecord
 
 BACKENDS = ("claude", "gemini", "codex")
 

@@ -16,7 +16,6 @@ from aiohttp.web_urldispatcher import AbstractRoute
 from cli_proxy.failures import CallError
 from cli_proxy.gateway import Gateway
 from cli_proxy.logs import log
-from cli_proxy.server.calls_log import CallRecord
 from cli_proxy.server.delivery import json_response
 from cli_proxy.server.errors import APIError, api_error
 from cli_proxy.server.formats import error_response, format_for, formats
@@ -25,7 +24,8 @@ from cli_proxy.server.handlers import GATEWAY, LOGGED, handler
 from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
 from cli_proxy.server.metrics import METRICS, for_gateway
 from cli_proxy.server.openapi import openapi_json
-from cli_proxy.server.status import STATUS_PATH, add_status_page
+from cli_proxy.server.status.calls_log import CallRecord
+from cli_proxy.server.status.routes import STATUS_PATH, add_status_page
 from cli_proxy.server.wire import server_tools
 
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]

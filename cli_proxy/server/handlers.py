@@ -22,11 +22,11 @@ from cli_proxy.gateway import Gateway
 from cli_proxy.logs import log
 from cli_proxy.protocol import Usage
 from cli_proxy.run.call import Call
-from cli_proxy.server.calls_log import CallRecord
 from cli_proxy.server.delivery import DELIVERED, HEAD_SENT, SLOW, deliver, json_response
 from cli_proxy.server.errors import APIError, api_error
 from cli_proxy.server.formats import models_shape
 from cli_proxy.server.metrics import METRICS
+from cli_proxy.server.status.calls_log import CallRecord
 from cli_proxy.server.wire import server_tools
 from cli_proxy.server.wire.chat import ModelCard
 from cli_proxy.server.wireformat import Inbound, Reader, Route, WireFormat

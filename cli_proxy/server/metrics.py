@@ -21,7 +21,7 @@ from prometheus_client.registry import Collector
 
 from cli_proxy.gateway import Gateway
 from cli_proxy.read.events import RateLimit
-from cli_proxy.server.calls_log import CallRecord, CallsLog
+from cli_proxy.server.status.calls_log import CallRecord, CallsLog
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 LATENCY_BUCKETS = (0.05, 0.1, 0.25, 0.5, 1, 2, 4, 8, 15, 30, 60, 120, 300, 600, 1800)

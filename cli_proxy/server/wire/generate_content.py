@@ -930,7 +930,7 @@ def generate_content_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str,
             )
             operation = apidoc.post(
                 f"{op}{prefix.replace('/', '_')}",
-                f"{summary} (Google's Gemini API; docs/gemini-api.md)",
+                f"{summary} (Google's generateContent API)",
                 request,
                 answer,
                 apidoc.errors(errs, error),
@@ -939,14 +939,14 @@ def generate_content_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str,
             paths[f"{prefix}/models/{{model}}:{verb}"] = operation
     paths["/v1beta/models"] = apidoc.get(
         "listModelsV1beta",
-        "List the models in Gemini's shape (also GET /v1/models with x-goog-api-key or "
+        "List the models in Google's shape (also GET /v1/models with x-goog-api-key or "
         "x-goog-api-client)",
         apidoc.answer("The model list", {apidoc.JSON: {"schema": ref[GeminiModelList]}}),
         apidoc.errors(apidoc.GET_ERRORS, error),
     )
     paths["/v1beta/models/{model}"] = apidoc.get(
         "getModelV1beta",
-        "One model in Gemini's shape",
+        "One model in Google's shape",
         apidoc.answer("The model", {apidoc.JSON: {"schema": ref[GeminiModel]}}),
         apidoc.errors((*apidoc.GET_ERRORS, 404), error),
         parameters=[model],

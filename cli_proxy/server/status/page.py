@@ -1,5 +1,5 @@
-"""The ``/status`` page's HTML (``status.py`` serves it): every value escaped, no script,
-no external asset. What it shows and why: ``status.py``'s docstring."""
+"""The ``/status`` page's HTML (``routes.py`` serves it): every value escaped, no script,
+no external asset. What it shows and why: ``routes.py``'s docstring."""
 
 from __future__ import annotations
 
@@ -14,8 +14,8 @@ from cli_proxy.backends.base import Backend
 from cli_proxy.backends.checks import BackendReport
 from cli_proxy.gateway import Gateway, LiveBackends, user_home
 from cli_proxy.logs import log
-from cli_proxy.server.calls_log import ERROR_WINDOW_S, Recent
 from cli_proxy.server.metrics import Metrics
+from cli_proxy.server.status.calls_log import ERROR_WINDOW_S, Recent
 
 REFRESH_S = 5
 NONE = "\u2013"  # an en dash: nothing to show

@@ -3,7 +3,7 @@ errors of the last hour; bounded whatever the traffic."""
 
 from __future__ import annotations
 
-from cli_proxy.server.calls_log import RECENT_MAX, CallRecord, CallsLog
+from cli_proxy.server.status.calls_log import RECENT_MAX, CallRecord, CallsLog
 
 
 def record(status: int = 200, code: str = "", warm: bool | None = None) -> CallRecord:

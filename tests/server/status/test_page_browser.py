@@ -22,7 +22,7 @@ import aiohttp
 import pytest
 
 from tests.conftest import CODEX_FAKE_CLI, FAKE_CLI, Served, ServeFactory, fake
-from tests.server.test_status import CANARY_PROMPT, Page, user
+from tests.server.status.test_routes import CANARY_PROMPT, Page, user
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
 pytestmark = pytest.mark.skipif(

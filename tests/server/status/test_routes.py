@@ -15,9 +15,9 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from cli_proxy.server import status as status_module
-from cli_proxy.server.calls_log import CallRecord
-from cli_proxy.server.status import presented_key
+from cli_proxy.server.status import routes as status_module
+from cli_proxy.server.status.calls_log import CallRecord
+from cli_proxy.server.status.routes import presented_key
 from tests.conftest import Served, ServeFactory, fake
 
 CANARY_PROMPT = "CANARY-PROMPT-5e1d0c"

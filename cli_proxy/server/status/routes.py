@@ -5,7 +5,7 @@ decides), its login and the access token's expiry, and every rate-limit window t
 reported (``Metrics.rate_limit_state``: whatever backends feed it) as a ``<meter>`` with its
 reset time. For the gateway: calls running and queued against the bounds, CLI processes,
 the warm pool, calls served (warm, warming, cold), errors of the last hour by kind, and the last 50
-requests (``calls_log``).
+requests (``calls_log.py``).
 
 Server-rendered, no script, no external asset (inline CSS, works offline); the page reloads
 itself every ``REFRESH_S`` seconds. Cheap: a view reads in-memory state and the login
@@ -40,7 +40,7 @@ from cli_proxy.gateway import Gateway, LiveBackends, user_home
 from cli_proxy.logs import log
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.metrics import Metrics
-from cli_proxy.server.status_page import render
+from cli_proxy.server.status.page import render
 
 STATUS_PATH = "/status"
 PROBE_TTL_S = 600.0
