@@ -18,12 +18,12 @@ CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo late
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
 
-.PHONY: help venv run test test-tools test-real lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer browser wheel clean
+.PHONY: help venv run test test-tools test-real lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer browser status-png wheel clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
 	@echo "make test      run the test suite"
-	@echo "make lint      ruff + mypy --strict"
+	@echo "make lint      ruff + mypy --strict + lint-imports (the folders stay layers)"
 	@echo "make bench     benchmarks -> bench/results.json, memory-, cache-, warm-, capacity-results.json"
 	@echo "make fixtures  re-record fixtures/ from the real CLIs against a fake model API"
 	@echo "make wheel     build dist/cli_proxy-*.whl (fixtures included; pipx/uv tool install it)"
@@ -66,8 +66,17 @@ lint: $(STAMP)
 	$(VENV)/bin/ruff check cli_proxy tests bench scripts
 	$(VENV)/bin/ruff format --check cli_proxy tests bench scripts
 	$(VENV)/bin/mypy --strict cli_proxy
+	$(VENV)/bin/lint-imports
 
 check: lint test
+
+# docs/status.png: the browser test's screenshot, taken with pytest's base temp at a neutral
+# path (the page names each CLI binary it finds: /tmp/cli-proxy-docs/bin/claude), so the
+# picture shows nothing of the machine or checkout it was taken on.
+status-png: $(STAMP)
+	@$(MAKE) --no-print-directory browser
+	CLI_PROXY_STATUS_SCREENSHOT=$(CURDIR)/docs/status.png $(VENV)/bin/pytest -q -p no:cacheprovider \
+		--basetemp=/tmp/cli-proxy-docs tests/server/test_status_browser.py
 
 bench: $(STAMP)
 	$(PY) bench/run.py

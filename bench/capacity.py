@@ -4,7 +4,8 @@
 1. ``sizes``: each real CLI (claude, gemini, codex) through the gateway with its default
    containment: the tree of a spare at rest (waiting for its prompt) and of a call mid-way
    (its model API holds the answer), RSS and PSS summed over the tree. These figures are
-   ``limits.CLI_RESIDENT_MIB``, from which the default process bound is derived.
+   ``Backend.resident_mib`` (read through ``backends/registry.py``), from which the default
+   process bound is derived.
 2. ``slow``: the gateway with DEFAULT bounds, in front of the real claude CLI and of
    bench/fake_slow_cli.py (a Python stand-in that asks the same model API), against a fake
    model API that answers every request ``--delay`` seconds late (default 3). At concurrency

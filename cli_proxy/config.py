@@ -16,7 +16,7 @@ from pydantic import Field, SecretStr, field_validator, model_validator
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict
 
 from cli_proxy.backends.base import BackendOptions
-from cli_proxy.backends.registry import backend_class
+from cli_proxy.backends.registry import backend_class, resident_mib
 from cli_proxy.backends.registry import names as backend_names
 from cli_proxy.protocol import ReasoningEffort
 from cli_proxy.run.limits import (
@@ -213,3 +213,8 @@ class Settings(BaseSettings):
     def options_for(self, backend: str) -> BackendOptions:
         options: BackendOptions = self.backend_options[backend]
         return options
+
+    def resident_mib(self) -> dict[str, int]:
+        """Each enabled backend's measured CLI size mid-call (MiB), from the registry: the
+        default process bound divides the memory budget by the largest (``run/limits.py``)."""
+        return resident_mib(self.backends)

@@ -51,10 +51,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from cli_proxy.backends.registry import backend_class, names  # noqa: E402
-from cli_proxy.fixtures.keys import normalized_request, request_key  # noqa: E402
-from cli_proxy.fixtures.store import FixtureStore, load_fixture  # noqa: E402
 from cli_proxy.plan.routing import route  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
+from cli_proxy.replay.keys import normalized_request, request_key  # noqa: E402
+from cli_proxy.replay.store import FixtureStore, load_fixture  # noqa: E402
 
 FAKE_API = ROOT / "tests" / "fakes" / "fake_model_api.py"
 MODELS = ("claude-sonnet-4-6", "gemini-2.5-flash", "gpt-5.5")

@@ -2,8 +2,8 @@
 
 A backend says how to start its CLI (argv, env, work-dir files), how the prompt is encoded
 on its stdin, which model names it serves, how to read its stdout, and which settings it
-takes. The gateway, routing, fixtures and ``cli`` loop over the registry
-(``backends/registry.py``) and never name a backend.
+takes. The gateway, routing, replay and ``commands`` loop over the registry
+(``backends/registry.py``, the table) and never name a backend.
 """
 
 from __future__ import annotations
@@ -20,6 +20,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from cli_proxy.backends.registry import nesting_vars
 from cli_proxy.failures import FailureKind
 from cli_proxy.plan.prompt import Prompt
 from cli_proxy.plan.spec import PrivateHome
@@ -399,51 +400,3 @@ def _last_lines(text: str, limit: int = 600) -> str:
     lines = [ln.strip() for ln in text.strip().splitlines() if ln.strip()]
     out = " | ".join(lines[-5:])
     return out[-limit:]
-
-
-# ---------------------------------------------------------------- the registry
-# One table names every CLI the gateway can run. Built-in backends are registered in
-# ``backends/registry.py`` (one line each); a test or a plugin can ``register`` another.
-# Backend names are closed over this table: settings, routing and fixtures accept only
-# registered names.
-
-_REGISTRY: dict[str, type[Backend]] = {}
-
-
-def register(cls: type[Backend]) -> type[Backend]:
-    """Add a backend class (usable as a decorator); its name must be new."""
-    name = cls.name
-    if not name or not name.isidentifier() or name != name.lower():
-        raise ValueError(f"backend name must be a lower-case identifier, not {name!r}")
-    if _REGISTRY.get(name, cls) is not cls:
-        raise ValueError(f"a backend named {name!r} is already registered")
-    _REGISTRY[name] = cls
-    # the bounds (run/limits.py) size the process budget by each registered CLI
-    limits.CLI_RESIDENT_MIB[name] = cls.resident_mib
-    limits.CLI_AT_REST_MIB[name] = cls.at_rest_mib
-    return cls
-
-
-def unregister(name: str) -> None:
-    _REGISTRY.pop(name, None)
-    limits.CLI_RESIDENT_MIB.pop(name, None)
-    limits.CLI_AT_REST_MIB.pop(name, None)
-
-
-def backend_class(name: str) -> type[Backend]:
-    """The registered class; KeyError names the registered ones."""
-    try:
-        return _REGISTRY[name]
-    except KeyError:
-        raise KeyError(f"unknown backend {name!r} (registered: {', '.join(names())})") from None
-
-
-def names() -> tuple[str, ...]:
-    return tuple(_REGISTRY)
-
-
-def nesting_vars() -> frozenset[str]:
-    out: frozenset[str] = frozenset()
-    for cls in _REGISTRY.values():
-        out |= cls.nesting_vars
-    return out

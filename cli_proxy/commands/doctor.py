@@ -1,5 +1,5 @@
 """``cli-proxy doctor``: why a backend does or does not answer, in one screen (the facts of
-each backend from ``backends/probe.py``).
+each backend from ``backends/checks.py``).
 
 One line per backend (binary, version and whether the tests cover it, login present; a
 second, ``warning``, when the login is there but likely refused, e.g. gemini with only a
@@ -19,10 +19,10 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 from cli_proxy import __version__
-from cli_proxy.backends.probe import check_backend
+from cli_proxy.backends.checks import check_backend
+from cli_proxy.backends.registry import at_rest_mib
 from cli_proxy.config import Settings
 from cli_proxy.run.containment import BwrapLauncher, PdeathsigLauncher, default_work_root
-from cli_proxy.run.limits import CLI_AT_REST_MIB
 from cli_proxy.run.limits import from_settings as limits_from_settings
 
 
@@ -48,7 +48,7 @@ def containment_line(settings: Settings) -> str:
 def warm_pool_line(settings: Settings, ready: list[str]) -> str:
     if not settings.warm_pool or settings.warm_max_total == 0 or settings.warm_max_per_key == 0:
         return "off (warm_pool=false): every call starts its CLI cold"
-    sizes = {n: CLI_AT_REST_MIB[n] for n in ready if n in CLI_AT_REST_MIB}
+    sizes = at_rest_mib(ready)
     each = ", ".join(f"~{mib} MiB per {n} spare" for n, mib in sizes.items())
     if not sizes:
         return f"up to {settings.warm_max_total} spares; no ready backend to pre-start"
@@ -75,8 +75,8 @@ def capacity_line(settings: Settings) -> str:
 
 
 def fixtures_line(settings: Settings, any_live: bool) -> str:
-    from cli_proxy.fixtures.sources import shipped_fixtures
-    from cli_proxy.fixtures.store import FixtureError, FixtureStore
+    from cli_proxy.replay.sources import shipped_fixtures
+    from cli_proxy.replay.store import FixtureError, FixtureStore
 
     directory = settings.replay_dir or shipped_fixtures()
     try:

@@ -18,9 +18,9 @@ from aiohttp import web
 from cli_proxy import __version__
 from cli_proxy.backends.registry import names
 from cli_proxy.config import Settings
-from cli_proxy.fixtures.sources import make_gateway
 from cli_proxy.gateway import Gateway
 from cli_proxy.logs import configure, log
+from cli_proxy.replay.sources import make_gateway
 from cli_proxy.run.containment import enable_subreaper
 from cli_proxy.server.app import create_app
 from cli_proxy.server.listener import GatewayRunner
@@ -187,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         print("\n".join(lines), flush=True)
         return status
     configure(settings.log_level, bool(settings.log_json))
-    from cli_proxy.fixtures.store import FixtureError
+    from cli_proxy.replay.store import FixtureError
 
     try:
         asyncio.run(serve(settings))

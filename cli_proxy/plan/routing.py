@@ -1,16 +1,31 @@
 """Which backend serves a model name, and which models ``/v1/models`` lists.
 
-Pure: it reads each enabled backend's prefixes, aliases and known models.
+Pure: it reads each enabled backend's prefixes, aliases and known models, through the small
+``Routable`` protocol (a ``Backend`` class meets it): the backends sit above plan/ and
+implement what it asks, so plan/ never imports them.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
+from typing import Protocol
 
-from cli_proxy.backends.base import Backend
 
-Backends = Mapping[str, type[Backend]]
+class Routable(Protocol):
+    """What routing reads of a backend class."""
+
+    @property
+    def model_prefixes(self) -> tuple[str, ...]: ...  # "claude-" routes claude-anything here
+
+    @property
+    def aliases(self) -> tuple[str, ...]: ...  # bare names ("sonnet") that route here
+
+    @property
+    def known_models(self) -> tuple[str, ...]: ...  # what /v1/models lists
+
+
+Backends = Mapping[str, Routable]
 
 
 @dataclass(frozen=True, slots=True)

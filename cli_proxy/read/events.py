@@ -1,6 +1,7 @@
 """Normalized events a backend parser extracts from its CLI's output (the CLI side).
 
-The answer side (``answer.py``) turns them into what the client sees: ``CliText`` becomes
+The call (``run/call.py``'s ``AnswerReader``, with ``read/reply.py`` in tools mode) turns them
+into answer events (``read/answer_events.py``), which each wire format delivers: ``CliText`` becomes
 content (or, in tools mode, is read as the model's JSON answer), ``CliThinking`` becomes
 reasoning, ``CliToolCall`` a tool call, ``UsageReport`` the usage, ``Failure`` an error.
 """

@@ -58,41 +58,28 @@ from dataclasses import dataclass
 from typing import Literal
 
 from cli_proxy import jsondepth
+from cli_proxy.read.answer_events import (
+    AnswerEvent,
+    ContentDelta,
+    ReasoningDelta,
+    ToolCallArgs,
+    ToolCallStart,
+)
 
+# The event types live in answer_events.py (run/ and every delivery format import them from
+# there); they stay importable from here.
+__all__ = [
+    "AnswerEvent",
+    "AnswerParser",
+    "ContentDelta",
+    "ParsedAnswer",
+    "ReasoningDelta",
+    "ToolCallArgs",
+    "ToolCallStart",
+    "accumulate",
+    "parse_answer",
+]
 
-@dataclass(frozen=True, slots=True)
-class ContentDelta:
-    """A piece of the reply text, decoded."""
-
-    text: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallStart:
-    """A tool call; comes once per call, right before its ``ToolCallArgs``."""
-
-    index: int
-    id: str
-    name: str
-
-
-@dataclass(frozen=True, slots=True)
-class ToolCallArgs:
-    """A call's arguments JSON text (one piece from this parser: the whole, complete object;
-    consumers still concatenate pieces of a call, as OpenAI's stream format does)."""
-
-    index: int
-    fragment: str
-
-
-@dataclass(frozen=True, slots=True)
-class ReasoningDelta:
-    """A piece of what the model thought (the CLI's thinking); never content, never parsed."""
-
-    text: str
-
-
-AnswerEvent = ContentDelta | ReasoningDelta | ToolCallStart | ToolCallArgs
 
 _KEYS = ("tool_call", "tool_calls", "response")
 _TRIGGER = re.compile(r'\{[ \t\n\r]*"(?:tool_calls?|response)"[ \t\n\r]*:')

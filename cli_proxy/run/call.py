@@ -2,8 +2,8 @@
 
 ``Call.events()`` admits the call (a slot), starts its CLI (or takes a spare), feeds it, reads
 its output through the backend's parser and the answer rules, and yields answer events; the
-last one carries the outcome (finish reason, usage, the ids handed out). ``delivery.py`` turns
-the same events into JSON or SSE, so streaming and non-streaming answers are the same answer
+last one carries the outcome (finish reason, usage, the ids handed out). ``server/delivery/``
+turns the same events into JSON or SSE, so streaming and non-streaming answers are the same answer
 by construction. The call owns its outcome: only its own code writes it.
 """
 
@@ -21,6 +21,13 @@ from cli_proxy.protocol import (
     ResponseFormat,
     Usage,
 )
+from cli_proxy.read.answer_events import (
+    AnswerEvent,
+    ContentDelta,
+    ReasoningDelta,
+    ToolCallArgs,
+    ToolCallStart,
+)
 from cli_proxy.read.events import (
     CliEvent,
     CliText,
@@ -32,14 +39,7 @@ from cli_proxy.read.events import (
     UsageReport,
 )
 from cli_proxy.read.json_output import JsonAnswerError, checked
-from cli_proxy.read.reply import (
-    AnswerEvent,
-    AnswerParser,
-    ContentDelta,
-    ReasoningDelta,
-    ToolCallArgs,
-    ToolCallStart,
-)
+from cli_proxy.read.reply import AnswerParser
 from cli_proxy.run.containment import Launcher
 from cli_proxy.run.limits import CallBudget
 from cli_proxy.run.logins import LoginGate, login_free

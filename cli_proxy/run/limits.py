@@ -9,9 +9,10 @@ A CLI call costs three different things, and each has its own bound:
   ``START_WINDOW_S``, whichever comes first.
 - **Memory while resident**: at most ``max_processes`` CLI processes are alive at once,
   running calls and spares together. By default it is derived from the machine's memory
-  and the measured resident size of each enabled backend's CLI (``CLI_RESIDENT_MIB``,
-  bench/cli_sizes.py): ``clamp(budget / size, 1, PROCESS_CEILING)`` where the budget is
-  half the memory (or the cgroup limit, if lower). ``max_concurrency`` overrides it.
+  and the measured resident size of each enabled backend's CLI (``Backend.resident_mib``,
+  handed in from the registry: ``Settings.resident_mib``; bench/capacity.py --only sizes):
+  ``clamp(budget / size, 1, PROCESS_CEILING)`` where the budget is half the memory (or the
+  cgroup limit, if lower). ``max_concurrency`` overrides it.
 - **The upstream account**: an optional cap per backend (``CLI_PROXY_<NAME>__MAX_CONCURRENCY``)
   for subscriptions or keys with their own concurrency limit.
 
@@ -43,12 +44,10 @@ import psutil
 
 from cli_proxy.run.proctree import tree
 
-# Resident size of one CLI tree mid-call and at rest (a spare), per registered backend:
-# each backend states its measured sizes (``Backend.resident_mib`` / ``at_rest_mib``) and
-# registering it (``backends.base.register``) enters them here. RSS, not PSS: a
-# deployment's other processes share few pages.
-CLI_RESIDENT_MIB: dict[str, int] = {}
-CLI_AT_REST_MIB: dict[str, int] = {}
+# Resident size of one CLI tree mid-call and at rest (a spare): each backend states its
+# measured sizes (``Backend.resident_mib`` / ``at_rest_mib``) and the callers hand them in
+# from the registry (``backends/registry.py``), which sits above this layer. RSS, not PSS:
+# a deployment's other processes share few pages.
 UNKNOWN_CLI_MIB = 400  # a backend not measured yet: assume the largest
 MEMORY_SHARE = 0.5  # of the machine's memory, for CLIs; the rest: OS, page cache, gateway
 PROCESS_CEILING = 64  # open pipes, pids and one event loop: more needs a measured reason
@@ -86,9 +85,10 @@ def machine_memory_bytes() -> int:
     return min(total, limit) if limit else total
 
 
-def cli_size_mib(backends: list[str]) -> int:
-    """The resident size assumed per CLI: the largest among the enabled backends."""
-    return max((CLI_RESIDENT_MIB.get(b, UNKNOWN_CLI_MIB) for b in backends), default=1)
+def cli_size_mib(sizes: Mapping[str, int]) -> int:
+    """The resident size assumed per CLI: the largest among the enabled backends' (``sizes``:
+    backend -> measured MiB)."""
+    return max(sizes.values(), default=1)
 
 
 def process_bound(budget_mib: float, size_mib: int) -> int:
@@ -115,7 +115,7 @@ class Bounds:
     @classmethod
     def derive(
         cls,
-        backends: list[str],
+        sizes: Mapping[str, int],
         *,
         max_concurrency: int | None = None,
         max_starting: int | None = None,
@@ -125,8 +125,9 @@ class Bounds:
         cpus: int | None = None,
         start_window_s: float = START_WINDOW_S,
     ) -> Bounds:
-        """The bounds for these settings on this machine (memory and CPUs can be given)."""
-        size = cli_size_mib(backends)
+        """The bounds for these settings on this machine (memory and CPUs can be given);
+        ``sizes``: each enabled backend's resident MiB (``registry.resident_mib``)."""
+        size = cli_size_mib(sizes)
         if budget_mib is None:
             memory = machine_memory_bytes() if memory_bytes is None else memory_bytes
             budget_mib = int(memory * MEMORY_SHARE / 2**20)
@@ -301,11 +302,13 @@ class _SettingsLike(Protocol):
 
     def options_for(self, backend: str) -> Any: ...
 
+    def resident_mib(self) -> Mapping[str, int]: ...
+
 
 def from_settings(s: _SettingsLike) -> tuple[Bounds, Limits]:
     """The bounds and time limits the settings ask for, on this machine."""
     bounds = Bounds.derive(
-        s.backends,
+        s.resident_mib(),
         max_concurrency=s.max_concurrency,
         max_starting=s.max_starting,
         per_backend={b: s.options_for(b).max_concurrency for b in s.backends},

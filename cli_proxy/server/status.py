@@ -38,7 +38,7 @@ from pydantic import SecretStr
 
 from cli_proxy import __version__
 from cli_proxy.backends.base import Backend
-from cli_proxy.backends.probe import VERSION_TIMEOUT_S, BackendReport, check_backend
+from cli_proxy.backends.checks import VERSION_TIMEOUT_S, BackendReport, check_backend
 from cli_proxy.gateway import Gateway, LiveBackends, user_home
 from cli_proxy.logs import log
 from cli_proxy.server.calls_log import ERROR_WINDOW_S, Recent

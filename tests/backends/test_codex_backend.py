@@ -18,11 +18,11 @@ import pytest
 from cli_proxy.backends.codex.backend import CodexBackend
 from cli_proxy.backends.codex.items import channel
 from cli_proxy.backends.codex.parser import CodexParser
-from cli_proxy.fixtures.plugin import start_gateway
 from cli_proxy.plan.images import ImageLimits, extract
 from cli_proxy.plan.prompt import PromptOptions, render
 from cli_proxy.protocol import ChatCompletionRequest
 from cli_proxy.read.events import CliToolCall
+from cli_proxy.replay.plugin import start_gateway
 from tests.conftest import CODEX_FAKE_CLI, ServeFactory, fake
 from tests.server.test_chat import TIME, WEATHER
 

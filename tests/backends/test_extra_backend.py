@@ -12,7 +12,7 @@ from pathlib import Path
 import aiohttp
 import pytest
 
-from cli_proxy.backends.registry import register, unregister
+from cli_proxy.backends.registry import register, resident_mib, unregister
 from cli_proxy.gateway import Gateway, live_backends
 from tests.backends.echo import EchoBackend, EchoOptions
 from tests.conftest import ServeFactory, fake_settings
@@ -71,7 +71,7 @@ async def test_a_registered_backend_is_limited_doctored_and_documented(
     """The rest of the gateway reads the new backend through the interface alone: its size
     in the bounds, its cap per backend, its login facts in doctor, its models in the
     OpenAPI document."""
-    from cli_proxy.backends.probe import check_backend
+    from cli_proxy.backends.checks import check_backend
     from cli_proxy.run import limits
     from cli_proxy.server.openapi import document
 
@@ -79,7 +79,9 @@ async def test_a_registered_backend_is_limited_doctored_and_documented(
     settings = fake_settings(backends=["echo"], echo={"bin": bin_, "max_concurrency": 2})
     bounds, _ = limits.from_settings(settings)
     assert bounds.cli_mib == EchoBackend.resident_mib and bounds.per_backend == {"echo": 2}
-    assert limits.Bounds.derive(["echo"], memory_bytes=2**30).max_processes == 512 // 64
+    assert (
+        limits.Bounds.derive(resident_mib(["echo"]), memory_bytes=2**30).max_processes == 512 // 64
+    )
 
     report = check_backend("echo", settings, {"PATH": os.defpath}, tmp_path)
     assert report.login.present is False and "ECHO_API_KEY" in report.login.detail

@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from cli_proxy.backends.probe import login_state, npm_version, pinned_clis
+from cli_proxy.backends.checks import login_state, npm_version, pinned_clis
 from cli_proxy.run.containment import BwrapLauncher
 from tests.conftest import CODEX_FAKE_CLI, FAKE_CLI
 
@@ -264,7 +264,7 @@ def test_a_hanging_version_is_killed_with_its_children(
     its bounded wait; nothing it started is left running."""
     import psutil
 
-    from cli_proxy.backends import probe as doctor_module
+    from cli_proxy.backends import checks as doctor_module
 
     pid_file = tmp_path / "child.pid"
     script = tmp_path / "hangs"

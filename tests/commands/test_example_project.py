@@ -70,7 +70,7 @@ def pytest_in(project: Path, env: dict[str, str], *args: str) -> subprocess.Comp
         "-m",
         "pytest",
         "-p",
-        "cli_proxy.fixtures.plugin",
+        "cli_proxy.replay.plugin",
         "-p",
         "no:cacheprovider",
     ]

@@ -17,10 +17,10 @@ from aiohttp import web
 from aiohttp.test_utils import TestServer
 
 from cli_proxy.backends.claude.backend import ClaudeBackend
-from cli_proxy.fixtures.keys import normalized_request, request_key
 from cli_proxy.plan.images import ImageError, ImageLimits, extract, sniff
 from cli_proxy.plan.prompt import render
 from cli_proxy.protocol import ChatCompletionRequest
+from cli_proxy.replay.keys import normalized_request, request_key
 from tests.conftest import Served, ServeFactory, fake
 
 IMAGES = Path(__file__).resolve().parents[1] / "data" / "images"

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from cli_proxy.protocol import ChatCompletionRequest
-from cli_proxy.read.reply import ContentDelta, ReasoningDelta
+from cli_proxy.read.answer_events import ContentDelta, ReasoningDelta
 from tests.conftest import fake
 from tests.plan.test_images import (
     JPEG,

@@ -31,7 +31,7 @@ from typing import Any
 import openai
 import pytest
 
-from cli_proxy.backends.probe import pinned_clis
+from cli_proxy.backends.checks import pinned_clis
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.plan.spec import Plan

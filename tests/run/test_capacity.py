@@ -21,6 +21,7 @@ import psutil
 import pytest
 import structlog
 
+from cli_proxy.backends.registry import names, resident_mib
 from cli_proxy.commands.main import build_parser, settings_from_args
 from cli_proxy.config import Settings
 from cli_proxy.run import limits
@@ -176,16 +177,17 @@ def test_default_bound_from_memory(monkeypatch: pytest.MonkeyPatch) -> None:
     """The documented formula: clamp(floor(memory / 2 / largest CLI size), 1, ceiling)."""
     gib = 2**30
     every = ["claude", "gemini", "codex"]
-    size = max(limits.CLI_RESIDENT_MIB.values())
+    sizes = resident_mib(every)  # each backend's measured size, from the registry
+    size = max(sizes.values())
     # this machine class (2 cores, 24 GiB) admits at least 8 calls at once
-    assert Bounds.derive(every, memory_bytes=24 * gib, cpus=2).max_processes >= 8
-    small = Bounds.derive(every, memory_bytes=2 * gib, cpus=1)
+    assert Bounds.derive(sizes, memory_bytes=24 * gib, cpus=2).max_processes >= 8
+    small = Bounds.derive(sizes, memory_bytes=2 * gib, cpus=1)
     assert small.max_processes == 1024 // size  # a 2 GiB VM: what fits half its memory
     assert small.max_processes * size <= 1024 and small.max_starting == 1
-    assert Bounds.derive(every, memory_bytes=gib // 4).max_processes == 1  # never 0
-    assert Bounds.derive(every, memory_bytes=1024 * gib).max_processes == limits.PROCESS_CEILING
-    claude_only = Bounds.derive(["claude"], memory_bytes=2 * gib)
-    assert claude_only.max_processes == 1024 // limits.CLI_RESIDENT_MIB["claude"]
+    assert Bounds.derive(sizes, memory_bytes=gib // 4).max_processes == 1  # never 0
+    assert Bounds.derive(sizes, memory_bytes=1024 * gib).max_processes == limits.PROCESS_CEILING
+    claude_only = Bounds.derive(resident_mib(["claude"]), memory_bytes=2 * gib)
+    assert claude_only.max_processes == 1024 // resident_mib(["claude"])["claude"]
     # the machine's memory as the gateway sees it, a container's limit included
     monkeypatch.setattr(limits.psutil, "virtual_memory", lambda: type("M", (), {"total": 8 * gib}))
     monkeypatch.setattr(limits, "_cgroup_memory_limit", lambda: 2 * gib)
@@ -206,7 +208,7 @@ async def test_health_shows_bounds_and_queue(serve: ServeFactory) -> None:
         "max_processes": 1,
         "source": "max_concurrency",
         "memory_budget_mib": health["bounds"]["memory_budget_mib"],
-        "cli_resident_mib": max(limits.CLI_RESIDENT_MIB.values()),
+        "cli_resident_mib": max(resident_mib(names()).values()),
         "max_starting": 1,
         "per_backend": {"claude": 1},
     }

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from cli_proxy.plan.spec import ResponseIds
 from cli_proxy.protocol import Usage
-from cli_proxy.read.reply import ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart
+from cli_proxy.read.answer_events import ContentDelta, ReasoningDelta, ToolCallArgs, ToolCallStart
 from cli_proxy.run.call import Finished
 from cli_proxy.run.process import RunStats
 from cli_proxy.server.delivery import Answer

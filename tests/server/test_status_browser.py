@@ -1,24 +1,27 @@
 """``/status`` in a real browser: Debian's ``chromium``, headless, renders the page of a gateway
 that served a few calls with the fake CLIs; the DOM it built has the meters and the calls
-table, and its screenshot is a picture of the page (docs/status.png is one:
-``CLI_PROXY_STATUS_SCREENSHOT=docs/status.png`` keeps it). Skipped, with a note, where
-chromium is not installed (``make browser`` installs it, as ``make test`` does)."""
+table, and its screenshot is a picture of the page (docs/status.png is one: ``make status-png``
+takes it, with ``CLI_PROXY_STATUS_SCREENSHOT=docs/status.png`` and pytest's base temp at a
+neutral path, so the page shows no path of the machine it was taken on). Skipped, with a
+note, where chromium is not installed (``make browser`` installs it, as ``make test`` does)."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import os
+import shlex
 import shutil
 import signal
 import struct
+import sys
 import time
 from pathlib import Path
 
 import aiohttp
 import pytest
 
-from tests.conftest import Served, ServeFactory, fake
+from tests.conftest import CODEX_FAKE_CLI, FAKE_CLI, Served, ServeFactory, fake
 from tests.server.test_status import CANARY_PROMPT, Page, user
 
 CHROMIUM = shutil.which("chromium") or shutil.which("chromium-browser")
@@ -103,6 +106,22 @@ async def make_calls(served: Served) -> None:
                     break
 
 
+def cli_commands(root: Path) -> Path:
+    """Each fake CLI as a command named like the real one (``claude``, ``gemini``, ``codex``) in
+    ``root/bin``: the page names the binary it finds on PATH, and this way that is
+    ``<pytest base temp>/bin/claude``, not this checkout's Python and fake CLI paths."""
+    bindir = root / "bin"
+    bindir.mkdir(exist_ok=True)
+    for name, argv in (
+        ("claude", [sys.executable, str(FAKE_CLI), "claude"]),
+        ("gemini", [sys.executable, str(FAKE_CLI), "gemini"]),
+        ("codex", [sys.executable, str(CODEX_FAKE_CLI)]),
+    ):
+        (bindir / name).write_text(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
+        (bindir / name).chmod(0o755)
+    return bindir
+
+
 def png_size(path: Path) -> tuple[int, int]:
     head = path.read_bytes()[:24]
     assert head[:8] == b"\x89PNG\r\n\x1a\n", "not a PNG"
@@ -111,7 +130,10 @@ def png_size(path: Path) -> tuple[int, int]:
 
 
 async def test_chromium_renders_the_status_page(
-    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+    serve: ServeFactory,
+    tmp_path: Path,
+    tmp_path_factory: pytest.TempPathFactory,
+    monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     # a claude.ai login whose access token expires in three hours (no token is shown)
     home = tmp_path / "home"
@@ -132,7 +154,10 @@ async def test_chromium_renders_the_status_page(
         "GOOGLE_APPLICATION_CREDENTIALS",
     ):
         monkeypatch.delenv(var, raising=False)
-    served = await serve(api_keys=[KEY], warm_pool=True)
+    bindir = cli_commands(tmp_path_factory.getbasetemp())
+    monkeypatch.setenv("PATH", f"{bindir}{os.pathsep}{os.environ.get('PATH', os.defpath)}")
+    bins = {f"{n}_bin": n for n in ("claude", "gemini", "codex")}
+    served = await serve(api_keys=[KEY], warm_pool=True, **bins)
     await make_calls(served)
     # the key as Basic auth's password, in the URL for chromium only: the page never takes
     # it from a query string

@@ -27,7 +27,7 @@ from cli_proxy.config import Settings
 from cli_proxy.failures import CallError
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.logs import log
-from cli_proxy.read.reply import (
+from cli_proxy.read.answer_events import (
     AnswerEvent,
     ReasoningDelta,
     ToolCallArgs,

@@ -9,7 +9,7 @@ from typing import Any
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.plan.spec import ResponseIds
 from cli_proxy.protocol import Usage
-from cli_proxy.read.reply import AnswerEvent, ContentDelta, ReasoningDelta, ToolCallArgs
+from cli_proxy.read.answer_events import AnswerEvent, ContentDelta, ReasoningDelta, ToolCallArgs
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire.anthropic import MessagesRequest, error_body, thinking_shown

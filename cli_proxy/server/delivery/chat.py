@@ -13,7 +13,7 @@ from cli_proxy.protocol import (
     ResponseMessage,
     ResponseToolCall,
 )
-from cli_proxy.read.reply import (
+from cli_proxy.read.answer_events import (
     AnswerEvent,
     ContentDelta,
     ReasoningDelta,

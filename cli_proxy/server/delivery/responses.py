@@ -11,7 +11,7 @@ from cli_proxy.protocol import (
     ChatCompletionRequest,
     Usage,
 )
-from cli_proxy.read.reply import (
+from cli_proxy.read.answer_events import (
     AnswerEvent,
     ContentDelta,
     ReasoningDelta,

@@ -13,14 +13,14 @@ import re
 import shutil
 import signal
 import subprocess
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from importlib import resources
 from pathlib import Path
+from typing import Protocol
 
-from cli_proxy.backends.base import LoginState
+from cli_proxy.backends.base import BackendOptions, LoginState
 from cli_proxy.backends.registry import backend_class, names
-from cli_proxy.config import Settings
 
 VERSION_TIMEOUT_S = 15.0
 _VERSION = re.compile(r"\d+\.\d+\.\d+(?:[-+][0-9A-Za-z.-]+)?")
@@ -145,8 +145,17 @@ def run_version(command: list[str], env: Mapping[str, str]) -> str | None:
     return m.group(0) if m else None
 
 
+class CheckSettings(Protocol):
+    """What a check reads of the settings (``config.Settings``, a layer above this one)."""
+
+    @property
+    def drop_env(self) -> Sequence[str]: ...
+
+    def options_for(self, backend: str) -> BackendOptions: ...
+
+
 def check_backend(
-    name: str, settings: Settings, env: Mapping[str, str], home: Path
+    name: str, settings: CheckSettings, env: Mapping[str, str], home: Path
 ) -> BackendReport:
     cls = backend_class(name)
     backend = cls(settings.options_for(name), frozenset(settings.drop_env))
