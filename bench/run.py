@@ -80,7 +80,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_gateway() -> tuple[subprocess.Popen[bytes], str]:
+def start_gateway(extra: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLI_PROXY_")}
     cmd = [
@@ -100,6 +100,7 @@ def start_gateway() -> tuple[subprocess.Popen[bytes], str]:
         "512",
         "--log-level",
         "warning",
+        *(extra or []),
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -577,7 +578,85 @@ async def memory(url: str, pid: int, fresh: float) -> None:
     row("CLI processes counted by the gateway (peak)", health["peak_processes"], "", "", None)
 
 
+KEYS_TOML = """\
+[keys.bench]
+secret = "sk-bench-keys"
+max_concurrent = 64
+max_window_percent = 95
+tokens_per_day = 1000000000
+models = ["claude-*", "smart"]
+[models.smart]
+try = ["claude-sonnet-4-6"]
+"""
+
+
+async def keys_cost() -> None:
+    """What the limits of a key cost per call (issue 47): two gateways on the same fake
+    claude, one without keys and one with ``--keys`` (a key with every limit: concurrency,
+    window share, a daily token budget in SQLite, a models list; calls through an alias),
+    called alternately in blocks of 10; the gateway process's CPU per call of each."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        keys = Path(tmp) / "keys.toml"
+        keys.write_text(KEYS_TOML)
+        plain, plain_url = start_gateway()
+        keyed, keyed_url = start_gateway(["--keys", str(keys), "--state-dir", tmp])
+        try:
+            sides = {
+                "before": (psutil.Process(plain.pid), plain_url, {}, MODEL),
+                "after": (
+                    psutil.Process(keyed.pid),
+                    keyed_url,
+                    {"Authorization": "Bearer sk-bench-keys"},
+                    "smart",
+                ),
+            }
+            cpu = {"before": 0.0, "after": 0.0}
+            async with aiohttp.ClientSession() as session:
+
+                async def call(url: str, headers: dict[str, str], model: str) -> None:
+                    body = {**BODY, "model": model}
+                    async with session.post(
+                        f"{url}/v1/chat/completions", json=body, headers=headers
+                    ) as resp:
+                        got = await resp.json()
+                        assert resp.status == 200, got
+
+                for _, url, headers, model in sides.values():  # warm-up
+                    for _ in range(5):
+                        await call(url, headers, model)
+                blocks = 12
+                for i in range(blocks):
+                    for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                        gw, url, headers, model = sides[side]
+                        before = gw.cpu_times()
+                        for _ in range(10):
+                            await call(url, headers, model)
+                        after = gw.cpu_times()
+                        cpu[side] += (after.user + after.system) - (before.user + before.system)
+        finally:
+            for proc in (plain, keyed):
+                proc.terminate()
+                proc.wait(10)
+    n = blocks // 2 * 10
+    before_ms, after_ms = cpu["before"] * 1000 / n, cpu["after"] * 1000 / n
+    print("8. Keys and limits (--keys: every limit on, alias call) against no keys, interleaved")
+    row("no keys: gateway CPU per call", before_ms, "ms", "", None)
+    row("--keys, every limit: gateway CPU per call", after_ms, "ms", "", None)
+    row(
+        "limits' cost per call (after - before)",
+        after_ms - before_ms,
+        "ms",
+        "< 1 ms",
+        after_ms - before_ms < 1.0,
+    )
+
+
 async def main() -> None:
+    if sys.argv[1:] == ["--only", "keys"]:  # the keys rows alone; prints only
+        await keys_cost()
+        return
     if sys.argv[1:] == ["--only", "answer-reader"]:  # in-process, no gateway; prints only
         answer_reader()
         return
@@ -608,6 +687,7 @@ async def main() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+    await keys_cost()
     wall = time.monotonic() - started
     missed = [r["metric"] for r in ROWS if r["pass"] is False]
     print(
