@@ -14,6 +14,7 @@ from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.protocol import Usage
 from cli_proxy.server.calls_log import CallRecord
+from cli_proxy.server.metrics import for_gateway
 
 BACKENDS = ("claude", "gemini", "codex")
 
@@ -21,9 +22,10 @@ BACKENDS = ("claude", "gemini", "codex")
 async def main(calls: int, models: int) -> None:
     settings = Settings(warm_pool=False)
     gw = Gateway(settings, live_backends(settings))
+    metrics = for_gateway(gw)
     for i in range(calls):
         ok = i % 7 != 0
-        gw.metrics.observe(
+        metrics.observe(
             CallRecord(
                 "chat",
                 BACKENDS[i % 3],
@@ -42,7 +44,7 @@ async def main(calls: int, models: int) -> None:
     n = 50
     started = time.perf_counter()
     for _ in range(n):
-        body = gw.metrics.scrape()
+        body = metrics.scrape()
     took = (time.perf_counter() - started) / n
     print(f"scrape: {took * 1000:.1f} ms, {len(body)} bytes ({calls} calls, {models} models)")
     await gw.close()

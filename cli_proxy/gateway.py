@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import functools
+import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -40,7 +41,6 @@ from cli_proxy.run.logins import Login, LoginGate
 from cli_proxy.run.pool import PoolSettings, WarmPool
 from cli_proxy.run.supervisor import Supervisor
 from cli_proxy.run.usage import UsageStore, default_state_dir
-from cli_proxy.server.metrics import Gauges, Metrics
 
 
 @dataclass(frozen=True, slots=True)
@@ -157,7 +157,6 @@ class Gateway:
     prompt_options: PromptOptions = field(init=False)
     image_limits: ImageLimits = field(init=False)
     fetch_policy: FetchPolicy = field(init=False)
-    metrics: Metrics = field(init=False)
     governor: Governor = field(init=False)
     _warmed: set[Backend] = field(init=False, default_factory=set)
 
@@ -182,18 +181,6 @@ class Gateway:
         self.image_limits = ImageLimits(s.max_images, s.max_image_bytes, s.max_image_total_bytes)
         self.fetch_policy = FetchPolicy(
             s.image_fetch, s.image_fetch_private, s.image_fetch_timeout_s, s.max_image_bytes
-        )
-        self.metrics = Metrics(
-            Gauges(
-                running=lambda: self.supervisor.running,
-                waiting=lambda: self.supervisor.waiting,
-                max_concurrency=lambda: self.supervisor.max_concurrency,
-                max_queue=lambda: self.supervisor.max_queue,
-                max_starting=lambda: self.supervisor.bounds.max_starting,
-                spares=lambda: self.pool.ready() if self.pool is not None else {},
-                processes=lambda: self.supervisor.processes(),
-                starting=lambda: self.supervisor.starting,
-            )
         )
         pooled = s.warm_pool and s.warm_max_total > 0 and s.warm_max_per_key > 0
         self.pool = (
@@ -267,6 +254,15 @@ class Gateway:
             parser=target.parser,
         )
         return Plan(req, target.launch, call)
+
+    def count_tokens(self, req: ChatCompletionRequest) -> int:
+        """An estimate of ``req``'s input tokens, for the APIs that ask (Anthropic's
+        count_tokens): the characters of the prompt the gateway would render, over 4 (images
+        and the CLI's own system prompt not counted). Nothing runs; the request is checked
+        as a call's plan checks it (``NotFound`` for a model no backend serves)."""
+        self._check(req)
+        prompt = render(req, self.prompt_options, extract(req, self.image_limits))
+        return math.ceil(sum(map(len, prompt.blocks)) / 4)
 
     def call(self, plan: Plan, budget: CallBudget | None = None) -> Call:
         """The call of ``plan``; ``budget``: its time limits (``Limits.budget``)."""

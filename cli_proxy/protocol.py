@@ -1,4 +1,6 @@
-"""OpenAI wire models (chat completions, models list, errors).
+"""The one conversation every wire format is translated into (OpenAI chat completions' request,
+read as is on the chat API) and the usage counts every format reports; the chat API's answer,
+model list and error models are ``server/wire/chat.py``'s.
 
 Requests accept and ignore unknown fields because clients send vendor extras
 through ``extra_body``; responses are serialized with every key OpenAI SDKs and
@@ -191,61 +193,3 @@ class Usage(BaseModel):
     completion_tokens_details: CompletionTokensDetails = Field(
         default_factory=CompletionTokensDetails
     )
-
-
-class ResponseFunction(BaseModel):
-    name: str
-    arguments: str
-
-
-class ResponseToolCall(BaseModel):
-    id: str
-    type: Literal["function"] = "function"
-    function: ResponseFunction
-
-
-class ResponseMessage(BaseModel):
-    role: Literal["assistant"] = "assistant"
-    content: str | None
-    refusal: None = None
-    tool_calls: list[ResponseToolCall] | None = None
-
-
-class Choice(BaseModel):
-    index: int = 0
-    message: ResponseMessage
-    finish_reason: Literal["stop", "length", "tool_calls"]
-    logprobs: None = None
-
-
-class ChatCompletion(BaseModel):
-    id: str
-    object: Literal["chat.completion"] = "chat.completion"
-    created: int
-    model: str
-    choices: list[Choice]
-    usage: Usage
-    system_fingerprint: str | None = None
-
-
-class ModelCard(BaseModel):
-    id: str
-    object: Literal["model"] = "model"
-    created: int
-    owned_by: str
-
-
-class ModelList(BaseModel):
-    object: Literal["list"] = "list"
-    data: list[ModelCard]
-
-
-class ErrorDetail(BaseModel):
-    message: str
-    type: str
-    param: str | None = None
-    code: str | None = None
-
-
-class ErrorBody(BaseModel):
-    error: ErrorDetail

@@ -23,6 +23,7 @@ from cli_proxy.plan.prompt import render
 from cli_proxy.protocol import ChatCompletionRequest
 from cli_proxy.server.app import create_app
 from cli_proxy.server.listener import GatewayRunner
+from cli_proxy.server.metrics import METRICS, Metrics
 
 pytest_plugins = ["pytester"]
 
@@ -61,6 +62,11 @@ class Served:
     @property
     def base_url(self) -> str:
         return str(self.server.make_url("/v1"))
+
+    @property
+    def metrics(self) -> Metrics:
+        """The server's metrics of this gateway (the app owns them)."""
+        return self.server.app[METRICS]
 
 
 ServeFactory = Callable[..., Awaitable[Served]]

@@ -1,15 +1,12 @@
 """Errors at the HTTP edge: ``APIError`` (status, code, message, param, headers: no wire
-format yet), the one mapping from domain failures (``failures.py``) to it, and its OpenAI
-body. Each wire format renders an ``APIError`` as its own body (``openai_body`` here; the
-Anthropic Messages API's in ``wire/anthropic.py``); nothing below this layer names a
-status."""
+format yet) and the one mapping from domain failures (``failures.py``) to it, as httpx maps
+its transport's exceptions once. Each wire format's table entry renders an ``APIError`` as
+its own status and body (``WireFormat.error_status`` / ``error_body``; after a stream's head
+``Format.fail``); nothing below this layer names a status."""
 
 from __future__ import annotations
 
 import math
-from typing import Any, TypeVar
-
-from pydantic import BaseModel, ValidationError
 
 from cli_proxy.failures import (
     CallError,
@@ -22,7 +19,6 @@ from cli_proxy.failures import (
     ShuttingDown,
     SlotsBusy,
 )
-from cli_proxy.protocol import ErrorBody, ErrorDetail
 
 _TYPES = {
     400: "invalid_request_error",
@@ -64,10 +60,6 @@ class APIError(Exception):
         self.code = code
         self.headers = headers or {}
 
-    def body(self) -> dict[str, Any]:
-        detail = ErrorDetail(message=self.message, type=self.type, param=self.param, code=self.code)
-        return ErrorBody(error=detail).model_dump()
-
 
 # what each CLI-reported failure is to an OpenAI client: (status, code)
 _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
@@ -75,7 +67,7 @@ _KIND_STATUS: dict[FailureKind, tuple[int, str]] = {
     # 401, the client's own key is fine (an SDK user would look for a fault in it; Claude Code
     # pointed at the gateway says "Invalid API key · Fix external API key", docs/real-clis.md);
     # not 502, the CLI did not misbehave. The gateway cannot serve until its operator acts:
-    # 503, with ``x-should-retry: false`` (the OpenAI and Anthropic SDKs obey it).
+    # 503, with ``x-should-retry: false`` (the official SDKs obey it).
     FailureKind.AUTH: (503, "cli_auth_failed"),
     FailureKind.LOGIN_EXPIRED: (503, "login_expired"),
     FailureKind.RATE_LIMITED: (429, "rate_limit_exceeded"),
@@ -136,62 +128,3 @@ def api_error(exc: CallError) -> APIError:
     if isinstance(exc, CliTimeout):
         return APIError(504, exc.message, code="cli_timeout")
     return APIError(502, exc.message, code="cli_error")
-
-
-M = TypeVar("M", bound=BaseModel)
-
-
-def validated(model: type[M], data: Any) -> M:
-    """``model`` from request data, or the 400 that names the offending field."""
-    try:
-        return model.model_validate(data)
-    except ValidationError as exc:
-        raise from_validation_error(exc) from None
-
-
-def from_validation_error(exc: ValidationError) -> APIError:
-    """First pydantic error as a 400 whose ``param`` names the offending field path."""
-    err = exc.errors(include_url=False)[0]
-    loc = _field_path(err["loc"])
-    if err["type"] in ("union_tag_invalid", "union_tag_not_found"):
-        # a bad or missing ``role``: pydantic reports it on the message, not on the field
-        tag = str((err.get("ctx") or {}).get("discriminator", "")).strip("'\"")
-        if tag:
-            loc.append(tag)
-    param = dotted(loc) or None
-    msg = err["msg"]
-    if param:
-        msg = f"Invalid value for '{param}': {msg}"
-    return APIError(400, msg, param=param, code="invalid_value")
-
-
-_ROLES = frozenset({"system", "developer", "user", "assistant", "tool", "function"})
-_MEMBERS = frozenset(
-    {"str", "int", "bool", "float", "NamedToolChoice", "TextPart", "ImagePart", "RefusalPart"}
-    | {"OtherPart"}
-)
-
-
-def _field_path(loc: tuple[int | str, ...]) -> list[str]:
-    """The loc without the union member names pydantic inserts ("user", "str", "list[...]").
-
-    A role name is a tag only right after ``messages[i]``; elsewhere ("function" in
-    ``tools[0].function.name``) it is a real field.
-    """
-    out: list[str] = []
-    for i, part in enumerate(loc):
-        if isinstance(part, str):
-            if i == 2 and loc[0] == "messages" and isinstance(loc[1], int) and part in _ROLES:
-                continue
-            if part in _MEMBERS or "[" in part or part.startswith(("function-", "literal[")):
-                continue
-        out.append(str(part))
-    return out
-
-
-def dotted(loc: list[str]) -> str:
-    """A field path as a client writes it: ``messages[0].content[1].text``."""
-    out = ""
-    for part in loc:
-        out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
-    return out

@@ -21,10 +21,7 @@ from cli_proxy.server.errors import APIError
 Handler = Callable[[web.Request], Awaitable[web.StreamResponse]]
 
 LOOPBACK_NAMES = frozenset({"localhost", "localhost.localdomain", "ip6-localhost"})
-_CORS_ALLOW_HEADERS = (
-    "Authorization, Content-Type, OpenAI-Organization, OpenAI-Project, X-Stainless-Retry-Count, "
-    "X-Api-Key, Anthropic-Version, Anthropic-Beta"  # the anthropic SDKs' (browser use)
-)
+CORS_ALLOW_HEADERS = ("Authorization", "Content-Type", "X-Api-Key")  # each API adds its own
 
 
 def _host_name(host: str) -> str:
@@ -48,7 +45,13 @@ def is_loopback(name: str) -> bool:
 class Guard:
     """The request policy; ``allowed_hosts`` and ``cors_origins`` come from the settings."""
 
-    def __init__(self, allowed_hosts: Collection[str], cors_origins: Collection[str]) -> None:
+    def __init__(
+        self,
+        allowed_hosts: Collection[str],
+        cors_origins: Collection[str],
+        allow_headers: Collection[str] = CORS_ALLOW_HEADERS,
+    ) -> None:
+        self.allow_headers = ", ".join(dict.fromkeys(allow_headers))
         self.allowed_hosts = frozenset(h.lower() for h in allowed_hosts)
         self.cors_origins = frozenset(o.rstrip("/") for o in cors_origins)
         self.any_origin = "*" in self.cors_origins
@@ -118,7 +121,7 @@ class Guard:
                 **self.cors_headers(origin),
                 "Access-Control-Allow-Methods": "GET, POST, OPTIONS",
                 "Access-Control-Allow-Headers": request.headers.get(
-                    "Access-Control-Request-Headers", _CORS_ALLOW_HEADERS
+                    "Access-Control-Request-Headers", self.allow_headers
                 ),
                 "Access-Control-Max-Age": "600",
             },

@@ -2,10 +2,10 @@
 
 - Requests the HTTP parser rejects before any handler runs (a bad chunk size, Content-Length
   with Transfer-Encoding, an oversized header line, too many headers, a NUL in a header, an
-  invalid method) get the OpenAI error JSON like every other error, and one log line instead
-  of a traceback. The body is the request's API's (``app.wire_format``): Anthropic's on the
-  Messages API's paths, whose request line is noted as it arrives, since aiohttp's parser
-  refuses a request before it has one.
+  invalid method) get a JSON error like every other error, and one log line instead of a
+  traceback. The body is the request's API's (``formats.format_for``, by the path of its
+  request line, noted as it arrives, since aiohttp's parser refuses a request before it has
+  one).
 - A request's line and headers must arrive within ``header_timeout_s`` of its first byte:
   a client trickling its headers (slowloris) is answered 408 and disconnected. Idle
   keep-alive connections are aiohttp's ``keepalive_timeout``'s business, not this one.
@@ -22,13 +22,13 @@ from aiohttp.web_request import BaseRequest
 
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.logs import log
-from cli_proxy.server.app import Wire, wire_format
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.wire import anthropic as anthropic_wire
+from cli_proxy.server.formats import format_for
+from cli_proxy.server.wireformat import WireFormat
 
 
-def _error_bytes(err: APIError, wire: Wire = "openai") -> bytes:
-    return json_bytes(anthropic_wire.error_body(err) if wire == "anthropic" else err.body())
+def _error_bytes(err: APIError, fmt: WireFormat) -> bytes:
+    return json_bytes(fmt.error_body(err))
 
 
 class GatewayRequestHandler(RequestHandler):
@@ -80,7 +80,7 @@ class GatewayRequestHandler(RequestHandler):
             f"the request line and headers did not arrive within {self.header_timeout_s:g} s",
             code="request_timeout",
         )
-        body = _error_bytes(err, wire_format(self._path or "/", {}))
+        body = _error_bytes(err, format_for(self._path or "/", {}))
         head = (
             "HTTP/1.1 408 Request Timeout\r\nContent-Type: application/json\r\n"
             f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n"
@@ -102,7 +102,8 @@ class GatewayRequestHandler(RequestHandler):
         message: str | None = None,
     ) -> web.StreamResponse:
         """The parser's rejections (400) and anything that escaped the app's own error
-        middleware, as the OpenAI error JSON; the client's bytes go to the log at debug only."""
+        middleware, as the request's API's error JSON; the client's bytes go to the log at
+        debug only."""
         if request.writer.output_size > 0:
             raise ConnectionError("the response was already started; cannot send an error")
         if status == 400:
@@ -121,12 +122,13 @@ class GatewayRequestHandler(RequestHandler):
             )
             log.debug("http_request_rejected_detail", detail=message or repr(exc))
         if request.method == "UNKNOWN":  # aiohttp's stand-in for a request it refused
-            wire = wire_format(self._path or "/", {})
+            fmt = format_for(self._path or "/", {})
         else:
-            wire = wire_format(request.path, request.headers)
-        status = anthropic_wire.error_status(err) if wire == "anthropic" else err.status
+            fmt = format_for(request.path, request.headers)
         resp = web.Response(
-            status=status, body=_error_bytes(err, wire), content_type="application/json"
+            status=fmt.error_status(err),
+            body=_error_bytes(err, fmt),
+            content_type="application/json",
         )
         resp.force_close()
         return resp

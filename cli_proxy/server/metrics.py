@@ -4,7 +4,8 @@ One registry per gateway (tests run many gateways in one process). Calls are obs
 once, at the end of each request, from the same record the request log line is written
 from (``CallRecord``), so metrics and logs agree. State that is read, not counted (running
 calls, queue, spares, the subscriptions' rate-limit windows), is collected at scrape time
-from the gateway's own objects: a scrape costs a few dict reads.
+from the gateway's own objects: a scrape costs a few dict reads. The server builds them
+(``for_gateway``) and keeps them on the app (``METRICS``); the gateway knows none of it.
 """
 
 from __future__ import annotations
@@ -13,10 +14,12 @@ import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
+from aiohttp import web
 from prometheus_client import CollectorRegistry, Counter, Histogram, generate_latest
 from prometheus_client.core import GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector
 
+from cli_proxy.gateway import Gateway
 from cli_proxy.read.events import RateLimit
 from cli_proxy.server.calls_log import CallRecord, CallsLog
 
@@ -263,3 +266,22 @@ class _StateCollector(Collector):
         yield used
         yield resets
         yield length
+
+
+def for_gateway(gw: Gateway) -> Metrics:
+    """The metrics of ``gw``: its gauges read its supervisor and warm pool at scrape time."""
+    return Metrics(
+        Gauges(
+            running=lambda: gw.supervisor.running,
+            waiting=lambda: gw.supervisor.waiting,
+            max_concurrency=lambda: gw.supervisor.max_concurrency,
+            max_queue=lambda: gw.supervisor.max_queue,
+            max_starting=lambda: gw.supervisor.bounds.max_starting,
+            spares=lambda: gw.pool.ready() if gw.pool is not None else {},
+            processes=lambda: gw.supervisor.processes(),
+            starting=lambda: gw.supervisor.starting,
+        )
+    )
+
+
+METRICS: web.AppKey[Metrics] = web.AppKey("metrics", Metrics)

@@ -11,7 +11,6 @@ from aiohttp import web
 
 from cli_proxy.jsonbytes import json_bytes
 from cli_proxy.run.limits import WRITE_GRACE_S
-from cli_proxy.server.errors import APIError
 
 DONE = b"data: [DONE]\n\n"
 
@@ -20,11 +19,8 @@ def encode(payload: dict[str, Any]) -> bytes:
     return b"data: " + json_bytes(payload, separators=(",", ":")) + b"\n\n"
 
 
-def error_event(err: APIError) -> bytes:
-    return encode(err.body())
-
-
-KEEPALIVE = b": keep-alive\n\n"
+KEEPALIVE = b": keep-alive\n\n"  # a comment line: every SSE client ignores it
+SSE_MEDIA_TYPE = "text/event-stream; charset=utf-8"
 
 
 class SlowClient(Exception):
@@ -33,7 +29,8 @@ class SlowClient(Exception):
 
 class SSEWriter:
     """Writes SSE events; during long silences (a CLI thinking, queued retries) it sends
-    ``:`` comment lines, which every client ignores, so idle-timeout proxies keep the
+    ``keepalive`` (by default ``:`` comment lines, which every SSE client ignores; a format
+    whose clients choke on them gives its own), so idle-timeout proxies keep the
     connection open. A write that does not complete within ``write_timeout_s`` (a client
     that stopped reading, its socket buffers full) raises ``SlowClient``: the call is then
     ended, its CLI killed and its slot freed, instead of held for as long as the client likes.
@@ -46,7 +43,9 @@ class SSEWriter:
         keepalive_s: float,
         write_timeout_s: float = 30.0,
         deadline: Callable[[], float | None] = lambda: None,
+        keepalive: bytes = KEEPALIVE,
     ) -> None:
+        self.keepalive = keepalive
         self.resp = resp
         self.keepalive_s = keepalive_s
         self.write_timeout_s = write_timeout_s
@@ -76,7 +75,7 @@ class SSEWriter:
         while True:
             await asyncio.sleep(max(self._last + self.keepalive_s - time.monotonic(), 0.01))
             if time.monotonic() - self._last >= self.keepalive_s:
-                await self.write(KEEPALIVE)
+                await self.write(self.keepalive)
 
     def stop(self) -> None:
         if self._task is not None:

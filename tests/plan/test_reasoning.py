@@ -12,7 +12,7 @@ import pytest
 
 from cli_proxy.gateway import Gateway, live_backends
 from cli_proxy.protocol import ChatCompletionRequest
-from cli_proxy.server.wire.responses import ResponsesRequest, to_chat_request
+from cli_proxy.server.wire.responses import ResponsesRequest, responses_to_chat
 from tests.conftest import Served, ServeFactory, fake_settings
 
 
@@ -73,7 +73,7 @@ def test_responses_reasoning_effort() -> None:
     rreq = ResponsesRequest.model_validate(
         {"model": "sonnet", "input": "hi", "reasoning": {"effort": "medium"}}
     )
-    assert to_chat_request(rreq).reasoning_effort == "medium"
+    assert responses_to_chat(rreq).reasoning_effort == "medium"
 
 
 async def test_unknown_effort_is_a_clear_400(served: Served) -> None:

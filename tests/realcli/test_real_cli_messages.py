@@ -28,8 +28,8 @@ from anthropic.types import Message
 
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
-from cli_proxy.server.wire import anthropic as anthropic_wire
-from cli_proxy.server.wire.anthropic import MessagesRequest, ThinkingBlock, thinking_shown
+from cli_proxy.server.wire import messages as messages_wire
+from cli_proxy.server.wire.messages import MessagesRequest, ThinkingBlock, thinking_shown
 from tests.conftest import Served, ServeFactory, fake
 from tests.fakes.fake_model_api import (
     FakeModelAPI,
@@ -326,13 +326,13 @@ async def test_claude_code_runs_its_read_tool(
     asks for it, Claude Code runs it in its scratch directory, its result goes back through
     the gateway to the backend's model API, which then answers."""
     seen: list[MessagesRequest] = []  # what Claude Code sent the gateway
-    translate = anthropic_wire.to_chat_request
+    translate = messages_wire.messages_to_chat
 
     def spy(req: MessagesRequest) -> Any:
         seen.append(req)
         return translate(req)
 
-    monkeypatch.setattr(anthropic_wire, "to_chat_request", spy)
+    monkeypatch.setattr(messages_wire, "messages_to_chat", spy)
     read = {"name": "Read", "arguments": {"file_path": "SCRATCH/notes.txt"}}
     done = "The second line is the bravo line."
     if model == CODEX:

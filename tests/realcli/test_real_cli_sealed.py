@@ -304,7 +304,7 @@ async def test_claude_reads_no_path_even_in_the_last_input_block(
     import dataclasses
 
     from cli_proxy.protocol import ChatCompletionRequest
-    from cli_proxy.server.delivery import collect
+    from cli_proxy.server.delivery import collect_answer
 
     secret = canary()
     notes = sealed.home / "notes.txt"
@@ -325,7 +325,7 @@ async def test_claude_reads_no_path_even_in_the_last_input_block(
         plan, call=dataclasses.replace(plan.call, stdin=json.dumps(line).encode() + b"\n")
     )
     try:
-        answer = await collect(gw.call(plan))
+        answer = await collect_answer(gw.call(plan))
     finally:
         await gw.close()  # its warm pool too
     assert answer.text("text") == "done"

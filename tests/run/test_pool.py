@@ -160,8 +160,8 @@ async def test_a_spare_taken_while_still_starting_is_served_warming(
     assert [warm for _, warm in seen] == [False, True, True]
     status = pool.status()
     assert [status[k] for k in ("served_cold", "served_warming", "served_warm")] == [1, 1, 1]
-    assert gw.metrics.calls.served == {"cold": 1, "warming": 1, "warm": 1}
-    scrape = gw.metrics.scrape().decode()
+    assert served.metrics.calls.served == {"cold": 1, "warming": 1, "warm": 1}
+    scrape = served.metrics.scrape().decode()
     for start in ("cold", "warming", "warm"):
         line = f'cli_proxy_calls_served_total{{backend="claude",start="{start}"}} 1.0'
         assert line in scrape, scrape

@@ -18,9 +18,9 @@ import pytest
 from anthropic.types import ModelInfo, RawMessageStreamEvent
 from pydantic import TypeAdapter
 
-from cli_proxy.server.app import error_response
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.wire.anthropic import MessagesRequest, to_chat_request, validated
+from cli_proxy.server.formats import MESSAGES, error_response
+from cli_proxy.server.wire.messages import MessagesRequest, checked, messages_to_chat
 from tests.conftest import Served, ServeFactory, fake
 from tests.server.test_listener import exchange, parse
 from tests.server.test_messages import CLAUDE, CODEX, GEMINI, MODELS, WEATHER, calls, root_url
@@ -368,7 +368,7 @@ async def test_billing_refusal_is_a_billing_error(client: anthropic.AsyncAnthrop
 
 def test_login_expired_keeps_should_retry_false() -> None:
     err = APIError(503, "log in again", code="login_expired", headers={"x-should-retry": "false"})
-    resp = error_response(err, "anthropic")
+    resp = error_response(err, MESSAGES)
     assert resp.status == 503 and resp.headers["x-should-retry"] == "false"
     assert resp.body is not None
     assert_anthropic_error(json.loads(bytes(resp.body)), "api_error")  # type: ignore[arg-type]
@@ -646,7 +646,7 @@ async def test_claude_codes_effort_reaches_the_cli(served: Served) -> None:
         ) as resp,
     ):
         assert resp.status == 200, await resp.text()
-    req = to_chat_request(validated(MessagesRequest, body)).request
+    req = messages_to_chat(checked(MessagesRequest, body)).request
     assert req.reasoning_effort == "high"
     argv = served.gateway.plan(req).launch.argv
     assert argv[argv.index("--effort") + 1] == "high"

@@ -408,9 +408,9 @@ def assert_anthropic_shaped(status: int, ctype: str, content: bytes, label: str)
 def chat_code(live: LiveGateway, http: requests.Session, body: Any) -> str:
     """The gateway's error code for a Messages request, from the same request on the chat
     path (the fake CLI answers a prompt the same way every time)."""
-    from cli_proxy.server.wire.anthropic import MessagesRequest, to_chat_request
+    from cli_proxy.server.wire.messages import MessagesRequest, messages_to_chat
 
-    req = to_chat_request(MessagesRequest.model_validate(body)).request
+    req = messages_to_chat(MessagesRequest.model_validate(body)).request
     chat = req.model_dump(exclude_none=True, mode="json") | {"stream": False}
     r = http.post(f"{live.base_url}/v1/chat/completions", json=chat, timeout=30)
     return str(r.json()["error"]["code"])

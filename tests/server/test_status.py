@@ -348,9 +348,7 @@ async def test_everything_is_escaped(served: Served) -> None:
     body = {"model": HOSTILE, "messages": user(CANARY_PROMPT)}
     assert await post(served, body) == 400
     # ...but the page must not depend on that: a record and a window with hostile names
-    served.gateway.metrics.observe(
-        CallRecord("chat", "claude", HOSTILE, 502, HOSTILE, 0.1, warm=False)
-    )
+    served.metrics.observe(CallRecord("chat", "claude", HOSTILE, 502, HOSTILE, 0.1, warm=False))
     hostile_window = {"status": HOSTILE, "rateLimitType": HOSTILE, "utilization": 0.5}
     directive = fake(answer="ok", rate_limit=hostile_window)
     assert await post(served, {"model": "claude-sonnet-4-6", "messages": user(directive)}) == 200
@@ -375,6 +373,6 @@ async def test_the_memory_of_requests_stays_at_50(served: Served) -> None:
     assert len(page.rows) == 50
     assert "<h2>Last 50 requests</h2>" in text
     assert "<dd>60 since start</dd>" in text
-    assert len(served.gateway.metrics.calls.recent) == 50
+    assert len(served.metrics.calls.recent) == 50
     errors = text[text.index('id="errors"') :]
     assert '<td>model_not_found</td><td class="n">60</td>' in errors

@@ -5,8 +5,9 @@ accumulator of them: ordered segments (reasoning, text, tool calls), so that eve
 reads the same answer. A format turns it into bytes twice over: whole (``body``: chat
 completion JSON or a Response object) or as it grows (``head`` / ``event`` / ``tail`` /
 ``fail``: chat completion chunks or typed Responses events), one module a wire format
-(``chat.py``, ``responses.py``). ``deliver`` runs the call into one or the other; adding a
-kind of answer event touches ``Answer`` and the formats only.
+(``chat.py``, ``responses.py``, ``messages.py``; each API's entry in ``formats.py`` names
+its own). ``deliver`` runs the call into one or the other; adding a kind of answer event
+touches ``Answer`` and the formats only.
 
 Streams: the response head waits for the first answer event (up to ``stream_head_hold_s``),
 so a failure before any answer (a CLI-reported 429, 401, 5xx) gets its real HTTP status and
@@ -124,6 +125,8 @@ class Format(Protocol):
     """One wire format of an answer, whole or as a stream."""
 
     reasoning: bool  # whether reasoning is part of this answer
+    media_type: str  # a stream's Content-Type (``sse.SSE_MEDIA_TYPE`` but for a JSON-array stream)
+    keepalive: bytes  # written in a stream's silences (``sse.KEEPALIVE``: a comment line)
 
     def body(self, answer: Answer) -> dict[str, Any]: ...
 
@@ -139,7 +142,7 @@ class Format(Protocol):
 # ------------------------------------------------------------------ running a call out
 
 
-async def collect(call: Call, reasoning: bool = False) -> Answer:
+async def collect_answer(call: Call, reasoning: bool = False) -> Answer:
     """The whole answer of a call without HTTP (tests, benches, tools)."""
     answer = Answer(reasoning)
     async with contextlib.aclosing(call.events()) as events:
@@ -183,7 +186,7 @@ async def _stream(
                 raise exc  # nothing sent yet: a real status (the middleware's)
         resp = web.StreamResponse(
             headers={
-                "Content-Type": "text/event-stream; charset=utf-8",
+                "Content-Type": fmt.media_type,
                 "Cache-Control": "no-cache",
                 "X-Accel-Buffering": "no",
             }
@@ -191,7 +194,13 @@ async def _stream(
         resp.force_close()  # some SDK versions keep reading after the end unless we close
         await resp.prepare(request)
         request[HEAD_SENT] = True
-        out = SSEWriter(resp, budget.keepalive_s, settings.write_timeout_s, lambda: call.deadline)
+        out = SSEWriter(
+            resp,
+            budget.keepalive_s,
+            settings.write_timeout_s,
+            lambda: call.deadline,
+            fmt.keepalive,
+        )
         for data in fmt.head():
             await out.write(data)
         out.start()

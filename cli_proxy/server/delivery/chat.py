@@ -5,14 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from cli_proxy.plan.spec import ResponseIds
-from cli_proxy.protocol import (
-    ChatCompletion,
-    ChatCompletionRequest,
-    Choice,
-    ResponseFunction,
-    ResponseMessage,
-    ResponseToolCall,
-)
+from cli_proxy.protocol import ChatCompletionRequest
 from cli_proxy.read.answer_events import (
     AnswerEvent,
     ContentDelta,
@@ -21,12 +14,23 @@ from cli_proxy.read.answer_events import (
 )
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.sse import DONE, encode, error_event
+from cli_proxy.server.sse import DONE, KEEPALIVE, SSE_MEDIA_TYPE, encode
+from cli_proxy.server.wire.chat import (
+    ChatCompletion,
+    Choice,
+    ResponseFunction,
+    ResponseMessage,
+    ResponseToolCall,
+    chat_error_body,
+)
 
 
 class ChatFormat:
     """``chat.completion`` and its chunks; reasoning as ``reasoning_content`` (the vLLM,
     DeepSeek and LiteLLM convention) when the gateway's ``reasoning_output`` is on."""
+
+    media_type = SSE_MEDIA_TYPE
+    keepalive = KEEPALIVE
 
     def __init__(self, req: ChatCompletionRequest, ids: ResponseIds, reasoning: bool) -> None:
         self.model = req.model
@@ -96,4 +100,4 @@ class ChatFormat:
         return [*out, DONE]
 
     def fail(self, answer: Answer, err: APIError) -> list[bytes]:
-        return [error_event(err)]
+        return [encode(chat_error_body(err))]

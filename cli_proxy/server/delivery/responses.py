@@ -19,7 +19,8 @@ from cli_proxy.read.answer_events import (
 )
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.sse import encode
+from cli_proxy.server.sse import KEEPALIVE, SSE_MEDIA_TYPE, encode
+from cli_proxy.server.wire.chat import chat_error_body
 from cli_proxy.server.wire.responses import ResponsesRequest
 
 Status = Literal["in_progress", "completed", "incomplete", "failed"]
@@ -30,7 +31,7 @@ def _new_id(prefix: str) -> str:
     return f"{prefix}_{secrets.token_hex(12)}"
 
 
-def encode_event(event: dict[str, Any]) -> bytes:
+def response_event(event: dict[str, Any]) -> bytes:
     """A typed Responses event: its ``event:`` line, then the usual ``data:`` line."""
     return f"event: {event['type']}\n".encode() + encode(event)
 
@@ -40,6 +41,9 @@ class ResponsesFormat:
     stream accumulators accept. A reasoning item (its ``summary`` as one ``summary_text``
     part) is part of the answer only when the request asks for a summary
     (``reasoning.summary``), as with OpenAI's own reasoning models."""
+
+    media_type = SSE_MEDIA_TYPE
+    keepalive = KEEPALIVE
 
     def __init__(
         self, req: ResponsesRequest, chat: ChatCompletionRequest, ids: ResponseIds
@@ -149,7 +153,7 @@ class ResponsesFormat:
     def _event(self, kind: str, **fields: Any) -> bytes:
         event = {"type": kind, "sequence_number": self.seq, **fields}
         self.seq += 1
-        return encode_event(event)
+        return response_event(event)
 
     def head(self) -> list[bytes]:
         snapshot = self._response(None, "in_progress", Usage())
@@ -298,7 +302,9 @@ class ResponsesFormat:
         final = self._response(answer, "failed", Usage(), err)
         return [
             self._event("response.failed", response=final),
-            self._event("error", code=err.code, message=err.message, param=err.param, **err.body()),
+            self._event(
+                "error", code=err.code, message=err.message, param=err.param, **chat_error_body(err)
+            ),
         ]
 
 

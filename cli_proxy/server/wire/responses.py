@@ -2,7 +2,7 @@
 
 Newer clients (the Agents SDK's default model, Codex) speak ``POST /v1/responses``. A
 request is converted into a ``ChatCompletionRequest`` (pure) and runs through the very same
-prompt -> CLI -> answer-event pipeline; ``delivery.ResponsesFormat`` rebuilds the answer as a
+prompt -> CLI -> answer-event pipeline; ``delivery/responses.py`` rebuilds the answer as a
 Response object or its stream of typed events. The gateway is stateless:
 ``previous_response_id`` is refused with a clear error rather than silently ignored.
 """
@@ -10,12 +10,15 @@ Response object or its stream of typed events. The gateway is stateless:
 from __future__ import annotations
 
 import re
-from typing import Any
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError
 
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
-from cli_proxy.server.errors import APIError, from_validation_error
+from cli_proxy.server import apidoc
+from cli_proxy.server.errors import APIError
+from cli_proxy.server.wire.chat import ErrorBody
+from cli_proxy.server.wire.fields import from_validation_error
 
 
 class ResponsesRequest(BaseModel):
@@ -42,7 +45,7 @@ class ResponsesRequest(BaseModel):
 # -------------------------------------------------------------------- request side
 
 
-def to_chat_request(req: ResponsesRequest) -> ChatCompletionRequest:
+def responses_to_chat(req: ResponsesRequest) -> ChatCompletionRequest:
     """Responses input items -> chat messages; consecutive function calls form one turn."""
     if req.previous_response_id:
         raise APIError(
@@ -192,3 +195,56 @@ def _tool_choice(choice: str | dict[str, Any]) -> str | dict[str, Any]:
 
 
 # ------------------------------------------------------------------- response side
+
+
+# ------------------------------------------------------------------ what the edge writes
+
+
+class ResponseObject(BaseModel):
+    """The Responses API ``Response`` object, as far as the gateway fills it (the keys
+    every client reads; the rest follow OpenAI's reference)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    object: Literal["response"]
+    created_at: int
+    status: Literal["completed", "incomplete", "failed", "in_progress"]
+    model: str
+    output: list[dict[str, Any]]
+    output_text: str
+    error: dict[str, Any] | None
+    incomplete_details: dict[str, Any] | None
+    usage: dict[str, Any] | None
+
+
+class ResponseStreamEvent(BaseModel):
+    """One event of a streamed response: its ``type`` is also the SSE ``event:`` name."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+    sequence_number: int
+
+
+OPENAPI_MODELS: apidoc.ModelSchemas = (
+    (ResponsesRequest, "validation"),
+    (ResponseObject, "serialization"),
+    (ResponseStreamEvent, "serialization"),
+)
+
+
+def responses_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+    """``/v1/responses`` (its errors: OpenAI's body)."""
+    return {
+        "/v1/responses": apidoc.call(
+            ref,
+            "createResponse",
+            "Create a model response (Responses API, stateless)",
+            (ResponsesRequest, ResponseObject),
+            "typed events ('event: response.created' ... 'event: response.completed'); a "
+            "failure after the first event is 'response.failed' then an 'error' event",
+            apidoc.sse(apidoc.json_text(ref[ResponseStreamEvent]), {"type": "string"}),
+            apidoc.errors(apidoc.CALL_ERRORS, ref[ErrorBody]),
+        ),
+    }

@@ -3,15 +3,19 @@ its error body.
 
 Claude Code (``ANTHROPIC_BASE_URL``), the ``anthropic`` SDKs, LiteLLM's ``anthropic/``
 provider and Agent-SDK apps speak ``POST /v1/messages``. A request is validated here and
-converted into a ``ChatCompletionRequest`` (pure), so it runs through the very same prompt ->
-CLI -> answer-event pipeline; ``delivery/anthropic.py`` rebuilds the answer as a Message or
-its event stream. What each field becomes, and what is refused and why: docs/anthropic-api.md.
+converted into a ``ChatCompletionRequest`` (pure), so it runs through the very same prompt
+-> CLI -> answer-event pipeline; ``delivery/messages.py`` rebuilds the answer as a Message
+or its event stream. This module also holds what the edge writes for the API (error body,
+model shape, OpenAPI paths) for its entry in ``formats.py``. What each field becomes, and
+what is refused and why: docs/anthropic-api.md.
 """
 
 from __future__ import annotations
 
 import json
 import re
+from collections.abc import Mapping
+from datetime import UTC, datetime
 from typing import Annotated, Any, Literal, TypeVar
 
 from pydantic import (
@@ -24,7 +28,11 @@ from pydantic import (
 )
 
 from cli_proxy.protocol import MODEL_NAME, ChatCompletionRequest
-from cli_proxy.server.errors import APIError, dotted, from_validation_error
+from cli_proxy.server import apidoc
+from cli_proxy.server.errors import APIError
+from cli_proxy.server.wire.chat import ModelCard
+from cli_proxy.server.wire.fields import dotted, from_validation_error
+from cli_proxy.server.wireformat import under
 
 # ------------------------------------------------------------------ request models
 
@@ -66,7 +74,7 @@ class ImageBlock(_Lenient):
 
 
 class DocumentBlock(_Lenient):
-    """Accepted by the model, refused by ``to_chat_request`` (no CLI channel carries one)."""
+    """Accepted by the model, refused by ``messages_to_chat`` (no CLI channel carries one)."""
 
     type: Literal["document"]
 
@@ -97,7 +105,7 @@ _KNOWN_TAGS += ("thinking", "redacted_thinking")
 
 class OtherBlock(_Lenient):
     """Any other block type (``server_tool_use``, ``web_search_tool_result``,
-    ``search_result``, ``container_upload``, ...): refused by name in ``to_chat_request``."""
+    ``search_result``, ``container_upload``, ...): refused by name in ``messages_to_chat``."""
 
     type: Annotated[str, Field(json_schema_extra={"not": {"enum": list(_KNOWN_TAGS)}})]
 
@@ -193,7 +201,7 @@ class MessagesRequest(_Lenient):
     top_k: int | None = None
     metadata: dict[str, Any] | None = None
     service_tier: str | None = None
-    # server-side features: refused when they would change the answer (to_chat_request)
+    # server-side features: refused when they would change the answer (messages_to_chat)
     mcp_servers: list[dict[str, Any]] | None = None
     container: str | dict[str, Any] | None = None
     context_management: dict[str, Any] | None = None
@@ -212,7 +220,7 @@ M = TypeVar("M", bound=BaseModel)
 _UNION_NAMES = frozenset({"str", "int", "float", "bool", "dict", "list", "none"})
 
 
-def validated(model: type[M], data: Any) -> M:
+def checked(model: type[M], data: Any) -> M:
     """``model`` from request data, or the 400 naming the field as the client sent it (the
     most specific of pydantic's errors: a bad block rather than "not a string")."""
     try:
@@ -290,7 +298,7 @@ def thinking_shown(req: MessagesRequest) -> bool:
 _EFFORT = {"low": "low", "medium": "medium", "high": "high", "xhigh": "xhigh", "max": "xhigh"}
 
 
-def to_chat_request(req: MessagesRequest) -> Translated:
+def messages_to_chat(req: MessagesRequest) -> Translated:
     """The Messages request as the gateway's one conversation model (pure)."""
     if req.mcp_servers:
         raise APIError(
@@ -328,7 +336,7 @@ def to_chat_request(req: MessagesRequest) -> Translated:
     if isinstance(user, str):
         chat["user"] = user
     if req.tools:
-        chat["tools"] = [_tool(t, i) for i, t in enumerate(req.tools)]
+        chat["tools"] = [_messages_tool(t, i) for i, t in enumerate(req.tools)]
     if req.tool_choice is not None:
         choice = req.tool_choice
         if choice.type == "tool":
@@ -344,7 +352,7 @@ def to_chat_request(req: MessagesRequest) -> Translated:
         chat["reasoning_effort"] = _EFFORT[effort]
     fmt = (req.output_config.format if req.output_config else None) or req.output_format
     if fmt is not None:
-        chat["response_format"] = _response_format(fmt)
+        chat["response_format"] = _messages_text_format(fmt)
     try:
         return Translated(ChatCompletionRequest.model_validate(chat), origins)
     except ValidationError as exc:
@@ -499,7 +507,7 @@ def _refused(block: Any, where: str, role: str) -> APIError:
     )
 
 
-def _tool(tool: ToolParam, index: int) -> dict[str, Any]:
+def _messages_tool(tool: ToolParam, index: int) -> dict[str, Any]:
     if tool.type not in (None, "custom"):
         raise APIError(
             400,
@@ -521,7 +529,7 @@ def _tool(tool: ToolParam, index: int) -> dict[str, Any]:
     return {"type": "function", "function": fn}
 
 
-def _response_format(fmt: dict[str, Any]) -> dict[str, Any]:
+def _messages_text_format(fmt: dict[str, Any]) -> dict[str, Any]:
     """Structured outputs (``output_config.format``): the chat ``json_schema`` format."""
     if fmt.get("type") != "json_schema" or not isinstance(fmt.get("schema"), dict):
         raise APIError(
@@ -550,20 +558,145 @@ _ERROR_TYPES = {
 }
 
 
-def error_status(err: APIError) -> int:
+def messages_error_status(err: APIError) -> int:
     """The status an Anthropic client gets: the gateway's, except that the CLI's provider
     being overloaded is Anthropic's 529 ``overloaded_error`` (the SDKs retry it as they
     retry every 5xx)."""
     return 529 if err.code == "cli_overloaded" else err.status
 
 
-def error_body(err: APIError) -> dict[str, Any]:
+def messages_error_body(err: APIError) -> dict[str, Any]:
     """``{"type": "error", "error": {"type", "message"}}``, the type by status (4xx not
     listed: ``invalid_request_error``; 5xx: ``api_error``); the field at fault is named in
     the message, as Anthropic's own messages do."""
-    status = error_status(err)
+    status = messages_error_status(err)
     kind = _ERROR_TYPES.get(status, "api_error" if status >= 500 else "invalid_request_error")
     message = err.message
     if err.param and err.param not in message:
         message = f"{err.param}: {message}"
     return {"type": "error", "error": {"type": kind, "message": message}}
+
+
+# ------------------------------------------------------------------ what the edge writes
+
+
+def messages_model_list(cards: list[ModelCard]) -> dict[str, Any]:
+    """The models as Anthropic's ``GET /v1/models`` lists them (the anthropic SDK's
+    ``models.list()``, which sends ``anthropic-version``)."""
+    data = [messages_model_card(c) for c in cards]
+    return {
+        "data": data,
+        "has_more": False,
+        "first_id": data[0]["id"] if data else None,
+        "last_id": data[-1]["id"] if data else None,
+    }
+
+
+def messages_model_card(card: ModelCard) -> dict[str, Any]:
+    """A model as Anthropic's ``GET /v1/models`` lists one."""
+    created = datetime.fromtimestamp(card.created, UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "type": "model",
+        "id": card.id,
+        "display_name": card.id,
+        "created_at": created,
+        "lifecycle": "active",
+    }
+
+
+def messages_models_claim(headers: Mapping[str, str]) -> bool:
+    """The anthropic SDK's model requests carry ``anthropic-version``."""
+    return "anthropic-version" in headers
+
+
+_OWN_PATHS = under("/v1/messages", "/messages")
+_MODEL_PATHS = under("/v1/models", "/models")
+
+
+def messages_claims(path: str, headers: Mapping[str, str]) -> bool:
+    """Errors in this API's body: on ``/v1/messages*`` (and ``/messages*``), and on the models
+    paths when the request carries ``anthropic-version``."""
+    return _OWN_PATHS(path) or (messages_models_claim(headers) and _MODEL_PATHS(path))
+
+
+class AnthropicMessage(BaseModel):
+    """Anthropic's Messages API answer (``delivery/messages.py``); content blocks are
+    ``text``, ``tool_use`` (``input`` an object) and, when asked for, ``thinking``."""
+
+    model_config = ConfigDict(extra="allow")
+
+    id: str
+    type: Literal["message"]
+    role: Literal["assistant"]
+    model: str
+    content: list[dict[str, Any]]
+    stop_reason: Literal["end_turn", "max_tokens", "stop_sequence", "tool_use"] | None
+    stop_sequence: str | None
+    usage: dict[str, int]
+
+
+class AnthropicStreamEvent(BaseModel):
+    """One event of a streamed Message: its ``type`` is also the SSE ``event:`` name
+    (message_start, content_block_start, ping, content_block_delta, content_block_stop,
+    message_delta, message_stop; or error)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    type: str
+
+
+class TokenCount(BaseModel):
+    """``POST /v1/messages/count_tokens``: an estimate (docs/anthropic-api.md)."""
+
+    input_tokens: int
+
+
+class AnthropicErrorDetail(BaseModel):
+    type: str
+    message: str
+
+
+class AnthropicErrorBody(BaseModel):
+    """Every error on the Messages API's paths."""
+
+    type: Literal["error"]
+    error: AnthropicErrorDetail
+
+
+OPENAPI_MODELS: apidoc.ModelSchemas = (
+    (MessagesRequest, "validation"),
+    (CountTokensRequest, "validation"),
+    (AnthropicMessage, "serialization"),
+    (AnthropicStreamEvent, "serialization"),
+    (TokenCount, "serialization"),
+    (AnthropicErrorBody, "serialization"),
+)
+_CALL_ERRORS = (*apidoc.CALL_ERRORS, 529)
+
+
+def messages_openapi_paths(ref: dict[type[BaseModel], Any]) -> dict[str, Any]:
+    """``/v1/messages`` and ``/v1/messages/count_tokens``."""
+    error = ref[AnthropicErrorBody]
+    return {
+        "/v1/messages": apidoc.call(
+            ref,
+            "createMessage",
+            "Create a message (Anthropic's Messages API, on the same pipeline; "
+            "docs/anthropic-api.md)",
+            (MessagesRequest, AnthropicMessage),
+            "Anthropic's events ('event: message_start' ... 'event: message_stop'); a failure "
+            "after the first event is an 'error' event",
+            apidoc.sse(apidoc.json_text(ref[AnthropicStreamEvent]), {"type": "string"}),
+            apidoc.errors(_CALL_ERRORS, error),
+        ),
+        "/v1/messages/count_tokens": apidoc.post(
+            "countTokens",
+            "Estimate the input tokens of a Messages request (nothing runs)",
+            ref[CountTokensRequest],
+            apidoc.answer(
+                "The estimate: the rendered prompt's characters / 4",
+                {apidoc.JSON: {"schema": ref[TokenCount]}},
+            ),
+            apidoc.errors(apidoc.COUNT_ERRORS, error),
+        ),
+    }

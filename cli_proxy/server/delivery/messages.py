@@ -1,5 +1,6 @@
-"""Anthropic's Messages API: a Message, or its event stream (``message_start`` ...
-``message_stop``), read from the same ``Answer`` as the other formats."""
+"""Anthropic's Messages API (the ``messages`` format): a Message, or its event stream
+(``message_start`` ... ``message_stop``), read from the same ``Answer`` as the other
+formats."""
 
 from __future__ import annotations
 
@@ -12,13 +13,14 @@ from cli_proxy.protocol import Usage
 from cli_proxy.read.answer_events import AnswerEvent, ContentDelta, ReasoningDelta, ToolCallArgs
 from cli_proxy.server.delivery import Answer, Segment
 from cli_proxy.server.errors import APIError
-from cli_proxy.server.wire.anthropic import MessagesRequest, error_body, thinking_shown
+from cli_proxy.server.sse import KEEPALIVE, SSE_MEDIA_TYPE
+from cli_proxy.server.wire.messages import MessagesRequest, messages_error_body, thinking_shown
 
 STOP_REASONS = {"stop": "end_turn", "length": "max_tokens", "tool_calls": "tool_use"}
 PING = b'event: ping\ndata: {"type":"ping"}\n\n'
 
 
-def encode_event(kind: str, data: dict[str, Any]) -> bytes:
+def message_event(kind: str, data: dict[str, Any]) -> bytes:
     """One Anthropic event: its ``event:`` line (the SDKs skip events without one), then
     its ``data:`` line, whose ``type`` is the same name."""
     return (
@@ -62,6 +64,9 @@ class MessagesFormat:
     the stop reason and usage; ``message_stop``. Reasoning is a ``thinking`` block when the
     request asks for thinking; its ``signature`` is empty (the gateway has none to give, and
     thinking sent back is not shown to the model)."""
+
+    media_type = SSE_MEDIA_TYPE
+    keepalive = KEEPALIVE
 
     def __init__(self, req: MessagesRequest, ids: ResponseIds) -> None:
         self.model = req.model
@@ -108,7 +113,7 @@ class MessagesFormat:
 
     def head(self) -> list[bytes]:
         start = self._message([], None, Usage())
-        return [encode_event("message_start", {"type": "message_start", "message": start})]
+        return [message_event("message_start", {"type": "message_start", "message": start})]
 
     def event(self, answer: Answer, seg: Segment, new: bool, ev: AnswerEvent) -> list[bytes]:
         out = []
@@ -118,7 +123,7 @@ class MessagesFormat:
             self._open = index
             block = self._block(seg)
             out.append(
-                encode_event(
+                message_event(
                     "content_block_start",
                     {"type": "content_block_start", "index": index, "content_block": block},
                 )
@@ -136,7 +141,7 @@ class MessagesFormat:
             delta = {"type": "input_json_delta", "partial_json": ev.fragment}
         if delta is not None:
             out.append(
-                encode_event(
+                message_event(
                     "content_block_delta",
                     {"type": "content_block_delta", "index": index, "delta": delta},
                 )
@@ -147,7 +152,7 @@ class MessagesFormat:
         index, self._open = self._open, None
         if index is None:
             return []
-        return [encode_event("content_block_stop", {"type": "content_block_stop", "index": index})]
+        return [message_event("content_block_stop", {"type": "content_block_stop", "index": index})]
 
     def tail(self, answer: Answer) -> list[bytes]:
         end = answer.end
@@ -156,10 +161,10 @@ class MessagesFormat:
             "stop_sequence": None,
         }
         final = {"type": "message_delta", "delta": delta, "usage": usage(end.usage)}
-        stop = encode_event("message_stop", {"type": "message_stop"})
-        return [b"".join([*self._stop(), encode_event("message_delta", final), stop])]
+        stop = message_event("message_stop", {"type": "message_stop"})
+        return [b"".join([*self._stop(), message_event("message_delta", final), stop])]
 
     def fail(self, answer: Answer, err: APIError) -> list[bytes]:
         """The answer broke off after the stream started: an ``error`` event with
         Anthropic's error body (the SDKs raise on it), then the connection closes."""
-        return [encode_event("error", error_body(err))]
+        return [message_event("error", messages_error_body(err))]
