@@ -12,9 +12,9 @@ from html import escape
 from cli_proxy import __version__
 from cli_proxy.backends.base import Backend
 from cli_proxy.backends.checks import BackendReport
-from cli_proxy.run.keys import API_KEY_NAME
 from cli_proxy.gateway import Gateway, LiveBackends, user_home
 from cli_proxy.logs import log
+from cli_proxy.run.keys import API_KEY_NAME
 from cli_proxy.server.calls_log import ERROR_WINDOW_S, Recent
 from cli_proxy.server.metrics import Metrics
 
