@@ -7,8 +7,8 @@ containment (its launcher: bwrap or setpriv, private home, work dir, session, re
 so the throughput ratio separates the gateway's cost from the containment's. Prints a table
 and writes bench/results.json. Targets are reported, not enforced: the exit code is 0 either way.
 ``python bench/run.py --only answer-reader`` runs the in-process answer reader rows alone,
-``--only messages`` the Messages API's rows against chat completions (printed, no file
-written).
+``--only messages`` the Messages API's rows against chat completions, ``--only keys`` the
+cost of a key's limits (issue 47; printed, no file written).
 """
 
 from __future__ import annotations
@@ -590,6 +590,32 @@ try = ["claude-sonnet-4-6"]
 """
 
 
+async def keys_in_process(state: Path) -> float:
+    """The limits' own work per call, in-process (median of 5 rounds of 200 calls): match
+    the credential, the models list and alias target, the window check, admission (token
+    budget in SQLite, concurrency) and filing the usage (SQLite)."""
+    from cli_proxy.read.events import RateLimit
+    from cli_proxy.run.governor import Governor, estimate_tokens
+    from cli_proxy.run.keys import parse_keys
+    from cli_proxy.run.usage import UsageStore
+
+    gov = Governor(parse_keys(KEYS_TOML), UsageStore(state))
+    gov.report("claude", [RateLimit("five_hour", "allowed", 0.5, time.time() + 3600)])
+    backends = {"claude-sonnet-4-6": "claude"}.get
+    rounds = []
+    for _ in range(5):
+        t0 = time.process_time()
+        for _ in range(200):
+            key = gov.ring.match([b"sk-bench-keys"])
+            targets = gov.targets(key, "smart")
+            target, _backend = gov.choose(key, targets, backends)
+            slot = await gov.admit(key, estimate_tokens(20, None), 1.0)
+            assert slot is not None
+            slot.finish(target, input_tokens=20, output_tokens=5)
+        rounds.append((time.process_time() - t0) / 200 * 1000)
+    return statistics.median(rounds)
+
+
 async def keys_cost() -> None:
     """What the limits of a key cost per call (issue 47): two gateways on the same fake
     claude, one without keys and one with ``--keys`` (a key with every limit: concurrency,
@@ -639,6 +665,7 @@ async def keys_cost() -> None:
             for proc in (plain, keyed):
                 proc.terminate()
                 proc.wait(10)
+        in_process = await keys_in_process(Path(tmp) / "micro")
     n = blocks // 2 * 10
     before_ms, after_ms = cpu["before"] * 1000 / n, cpu["after"] * 1000 / n
     print("8. Keys and limits (--keys: every limit on, alias call) against no keys, interleaved")
@@ -651,6 +678,7 @@ async def keys_cost() -> None:
         "< 1 ms",
         after_ms - before_ms < 1.0,
     )
+    row("limits' own work per call, in-process (CPU)", in_process, "ms", "< 1 ms", in_process < 1)
 
 
 async def main() -> None:
