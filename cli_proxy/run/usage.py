@@ -16,6 +16,7 @@ No secret is stored: keys are named.
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sqlite3
 import time
@@ -29,6 +30,7 @@ import psutil
 DAY_S = 86400.0
 DB_NAME = "usage.sqlite3"
 BUSY_TIMEOUT_MS = 5000
+PRUNE_EVERY_S = 60.0  # rows older than 24 h only cost space: dropped at most this often
 FIELDS = ("requests", "errors", "input_tokens", "cached_input_tokens", "output_tokens")
 
 _SCHEMA = """
@@ -37,7 +39,7 @@ CREATE TABLE IF NOT EXISTS calls (
     requests INTEGER NOT NULL, errors INTEGER NOT NULL,
     input_tokens INTEGER NOT NULL, cached_input_tokens INTEGER NOT NULL,
     output_tokens INTEGER NOT NULL);
-CREATE INDEX IF NOT EXISTS calls_key_at ON calls (key, at);
+CREATE INDEX IF NOT EXISTS calls_key_at ON calls (key, at, input_tokens, output_tokens);
 CREATE TABLE IF NOT EXISTS totals (
     key TEXT NOT NULL, model TEXT NOT NULL,
     requests INTEGER NOT NULL DEFAULT 0, errors INTEGER NOT NULL DEFAULT 0,
@@ -89,6 +91,7 @@ class UsageStore:
     def __init__(self, state_dir: Path, clock: Any = time.time) -> None:
         self.path = state_dir / DB_NAME
         self._clock = clock
+        self._pruned = -math.inf
         try:
             state_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
         except OSError as exc:
@@ -137,17 +140,21 @@ class UsageStore:
         """The key's rolling-24 h tokens now, and when a call may start if it may not."""
         now = self._clock()
         since = now - DAY_S
-        rows = self._db.execute(
-            "SELECT at, input_tokens + output_tokens FROM calls WHERE key = ? AND at > ? "
-            "ORDER BY at",
+        (used,) = self._db.execute(  # an index-only sum (the index covers the tokens)
+            "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM calls "
+            "WHERE key = ? AND at > ?",
             (key, since),
-        ).fetchall()
-        used = sum(t for _, t in rows)
+        ).fetchone()
         (inflight,) = self._db.execute(
             "SELECT COALESCE(SUM(tokens), 0) FROM inflight WHERE key = ?", (key,)
         ).fetchone()
         if used + inflight < limit:
             return Budget(used, inflight, None)
+        rows = self._db.execute(  # over: when do enough of them drop out? (rare)
+            "SELECT at, input_tokens + output_tokens FROM calls WHERE key = ? AND at > ? "
+            "ORDER BY at",
+            (key, since),
+        ).fetchall()
         remaining = used + inflight
         retry = DAY_S
         for at, tokens in rows:  # the oldest drop out first
@@ -208,7 +215,9 @@ class UsageStore:
                 "output_tokens = output_tokens + excluded.output_tokens",
                 (key, entry.model, *values),
             )
-            db.execute("DELETE FROM calls WHERE at <= ?", (now - DAY_S,))
+            if now - self._pruned >= PRUNE_EVERY_S:  # rows older than a day: now and then
+                self._pruned = now
+                db.execute("DELETE FROM calls WHERE at <= ?", (now - DAY_S,))
 
     def release(self, reservation: int) -> None:
         """Drop a reservation whose call is not filed (a fallen-through attempt)."""
