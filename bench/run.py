@@ -620,7 +620,7 @@ async def keys_cost() -> None:
     """What the limits of a key cost per call (issue 47): two gateways on the same fake
     claude, one without keys and one with ``--keys`` (a key with every limit: concurrency,
     window share, a daily token budget in SQLite, a models list; calls through an alias),
-    called alternately in blocks of 10; the gateway process's CPU per call of each."""
+    called alternately in blocks of 20; the gateway process's CPU per call of each."""
     import tempfile
 
     with tempfile.TemporaryDirectory() as tmp:
@@ -652,12 +652,12 @@ async def keys_cost() -> None:
                 for _, url, headers, model in sides.values():  # warm-up
                     for _ in range(5):
                         await call(url, headers, model)
-                blocks = 12
+                blocks = 20
                 for i in range(blocks):
                     for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
                         gw, url, headers, model = sides[side]
                         before = gw.cpu_times()
-                        for _ in range(10):
+                        for _ in range(20):
                             await call(url, headers, model)
                         after = gw.cpu_times()
                         cpu[side] += (after.user + after.system) - (before.user + before.system)
@@ -666,7 +666,7 @@ async def keys_cost() -> None:
                 proc.terminate()
                 proc.wait(10)
         in_process = await keys_in_process(Path(tmp) / "micro")
-    n = blocks // 2 * 10
+    n = blocks // 2 * 20
     before_ms, after_ms = cpu["before"] * 1000 / n, cpu["after"] * 1000 / n
     print("8. Keys and limits (--keys: every limit on, alias call) against no keys, interleaved")
     row("no keys: gateway CPU per call", before_ms, "ms", "", None)
