@@ -23,7 +23,7 @@ from pydantic import BaseModel
 
 from cli_proxy.config import Settings
 from cli_proxy.protocol import ChatCompletionRequest
-from cli_proxy.read.reply import AnswerEvent
+from cli_proxy.read.answer_events import AnswerEvent
 from cli_proxy.run.call import Call
 from cli_proxy.server import apidoc
 from cli_proxy.server.delivery import Answer, Segment
