@@ -142,11 +142,13 @@ def _retarget(
     inbound: Inbound, data: dict[str, Any], target: str, read: Reader, request: web.Request
 ) -> Inbound:
     """The request again, for an alias's ``target``: read anew with the body's ``model``
-    replaced, so that every part of the answer (its ``model`` too) names the target. A
-    format whose model is not in its body (a path parameter) gets the conversation's model
-    replaced."""
+    replaced (or its ``{model}`` path parameter), so that every part of the answer (its
+    ``model`` too) names the target; else the conversation's model is replaced."""
     if "model" in data:
         return read({**data, "model": target}, request)
+    if "model" in request.match_info:  # a path parameter (Gemini's /models/{model}:verb)
+        request.match_info["model"] = target
+        return read(data, request)
     conversation = inbound.conversation.model_copy(update={"model": target})
     return dataclasses.replace(inbound, conversation=conversation)
 

@@ -449,3 +449,34 @@ async def test_reload_swaps_keys_and_keeps_them_when_broken(keyed: Served, keys_
     assert problem is not None and f"line {line}:" in problem and "empty or blank secret" in problem
     r = await oai(keyed, OTHER).chat.completions.create(model=CLAUDE, messages=user("hi"))
     assert r.choices  # the old keys stay
+
+
+def test_an_alias_in_a_path_parameter_is_retargeted_there() -> None:
+    """A format whose model is a path parameter (Gemini's ``/models/{model}:verb``) reads
+    the request again with the target in that parameter, so its answer names the target."""
+    from aiohttp.test_utils import make_mocked_request
+
+    from cli_proxy.protocol import ChatCompletionRequest
+    from cli_proxy.server.handlers import _retarget
+    from cli_proxy.server.wireformat import Inbound
+
+    def read(data: dict[str, Any], request: Any) -> Inbound:
+        conversation = ChatCompletionRequest.model_validate(
+            {"model": request.match_info["model"], "messages": user(data["text"])}
+        )
+        return Inbound(conversation)
+
+    request = make_mocked_request("POST", "/v1/models/smart:say", match_info={"model": "smart"})
+    data = {"text": "hi"}
+    again = _retarget(read(data, request), data, GEMINI, read, request)
+    assert again.conversation.model == GEMINI and request.match_info["model"] == GEMINI
+    body = {"model": "smart", "messages": user("hi")}
+    chat = ChatCompletionRequest.model_validate(body)
+    by_body = _retarget(
+        Inbound(chat),
+        body,
+        CLAUDE,
+        lambda d, r: Inbound(ChatCompletionRequest.model_validate(d)),
+        request,
+    )
+    assert by_body.conversation.model == CLAUDE
