@@ -616,7 +616,7 @@ async def keys_in_process(state: Path) -> float:
     return statistics.median(rounds)
 
 
-async def keys_cost() -> None:
+async def keys_cost(control: bool = False) -> None:
     """What the limits of a key cost per call (issue 47): two gateways on the same fake
     claude, one without keys and one with ``--keys`` (a key with every limit: concurrency,
     window share, a daily token budget in SQLite, a models list; calls through an alias),
@@ -627,15 +627,18 @@ async def keys_cost() -> None:
         keys = Path(tmp) / "keys.toml"
         keys.write_text(KEYS_TOML)
         plain, plain_url = start_gateway()
-        keyed, keyed_url = start_gateway(["--keys", str(keys), "--state-dir", tmp])
+        # control: two gateways alike (no keys, the model by name): the noise of the rows
+        keyed, keyed_url = start_gateway(
+            [] if control else ["--keys", str(keys), "--state-dir", tmp]
+        )
         try:
             sides = {
                 "before": (psutil.Process(plain.pid), plain_url, {}, MODEL),
                 "after": (
                     psutil.Process(keyed.pid),
                     keyed_url,
-                    {"Authorization": "Bearer sk-bench-keys"},
-                    "smart",
+                    {} if control else {"Authorization": "Bearer sk-bench-keys"},
+                    MODEL if control else "smart",
                 ),
             }
             cpu = {"before": 0.0, "after": 0.0}
@@ -668,6 +671,12 @@ async def keys_cost() -> None:
         in_process = await keys_in_process(Path(tmp) / "micro")
     n = blocks // 2 * 20
     before_ms, after_ms = cpu["before"] * 1000 / n, cpu["after"] * 1000 / n
+    if control:
+        print("8c. Control: two gateways without keys, interleaved as below (the noise)")
+        row("gateway A: CPU per call", before_ms, "ms", "", None)
+        row("gateway B: CPU per call", after_ms, "ms", "", None)
+        row("B - A", after_ms - before_ms, "ms", "", None)
+        return
     print("8. Keys and limits (--keys: every limit on, alias call) against no keys, interleaved")
     row("no keys: gateway CPU per call", before_ms, "ms", "", None)
     row("--keys, every limit: gateway CPU per call", after_ms, "ms", "", None)
@@ -684,6 +693,9 @@ async def keys_cost() -> None:
 async def main() -> None:
     if sys.argv[1:] == ["--only", "keys"]:  # the keys rows alone; prints only
         await keys_cost()
+        return
+    if sys.argv[1:] == ["--only", "keys-control"]:  # the same, both gateways without keys
+        await keys_cost(control=True)
         return
     if sys.argv[1:] == ["--only", "answer-reader"]:  # in-process, no gateway; prints only
         answer_reader()
