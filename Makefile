@@ -15,8 +15,9 @@ ifeq ($(CLIS),latest)
 CLAUDE_VERSION := $(shell npm view $(CLAUDE_NPM) version 2>/dev/null || echo latest)
 GEMINI_VERSION := $(shell npm view $(GEMINI_NPM) version 2>/dev/null || echo latest)
 CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo latest)
+COPILOT_VERSION := $(shell npm view $(COPILOT_NPM) version 2>/dev/null || echo latest)
 endif
-CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)
+CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)_copilot-$(COPILOT_VERSION)
 
 .PHONY: help venv run test test-tools test-real lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer browser status-png wheel clean
 
@@ -134,8 +135,8 @@ $(CLI_DIR)/node_modules/.bin/claude:
 	command -v npm >/dev/null
 	npm install --silent --no-audit --no-fund --prefix $(CLI_DIR) \
 		$(CLAUDE_NPM)@$(CLAUDE_VERSION) $(GEMINI_NPM)@$(GEMINI_VERSION) \
-		$(CODEX_NPM)@$(CODEX_VERSION)
-	test -x $@ && test -x $(@D)/gemini && test -x $(@D)/codex
+		$(CODEX_NPM)@$(CODEX_VERSION) $(COPILOT_NPM)@$(COPILOT_VERSION)
+	test -x $@ && test -x $(@D)/gemini && test -x $(@D)/codex && test -x $(@D)/copilot
 
 test-real: $(STAMP) real-clis
 	CLI_PROXY_REAL_CLI_DIR=$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -m realcli

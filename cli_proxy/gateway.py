@@ -107,6 +107,7 @@ class LiveBackends:
             backend.env(os.environ),
             backend.workdir_files(launch),
             backend.private_home(user_home()),
+            read_paths=backend.read_paths(),
             warm_prefix=backend.warm_prefix,
             merge_stderr=backend.merge_stderr,
             duplex=backend.duplex,

@@ -8,3 +8,5 @@ GEMINI_NPM     := @google/gemini-cli
 GEMINI_VERSION ?= 0.61.0
 CODEX_NPM      := @openai/codex
 CODEX_VERSION  ?= 0.169.0
+COPILOT_NPM    := @github/copilot
+COPILOT_VERSION ?= 1.0.102

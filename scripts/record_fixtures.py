@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Re-record ``fixtures/`` from the REAL claude, gemini and codex CLIs, offline.
+"""Re-record ``fixtures/`` from the REAL claude, gemini, codex and copilot CLIs, offline.
 
     python scripts/record_fixtures.py --cli-dir .cli/<versions>/node_modules/.bin --out fixtures
 
@@ -12,12 +12,15 @@
    directive in the prompt;
 3. makes a temporary ``HOME`` (with ``~/.gemini/settings.json`` selecting API-key auth);
 4. starts the gateway as a subprocess, ``python -m cli_proxy serve --port 0 --record OUT
-   --claude-bin DIR/claude --gemini-bin DIR/gemini --codex-bin DIR/codex``, with an
+   --claude-bin DIR/claude --gemini-bin DIR/gemini --codex-bin DIR/codex --copilot-bin
+   DIR/copilot``, with an
    environment of only ``PATH``, that ``HOME`` and loopback-pointing model API settings
-   (``ANTHROPIC_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``, ``CLI_PROXY_CODEX__BASE_URL``, dummy
-   keys), so the CLIs reach nothing but 127.0.0.1;
+   (``ANTHROPIC_BASE_URL``, ``GOOGLE_GEMINI_BASE_URL``, ``CLI_PROXY_CODEX__BASE_URL``,
+   copilot's BYOK ``COPILOT_PROVIDER_*`` to the Anthropic endpoint, dummy keys), so the CLIs
+   reach nothing but 127.0.0.1;
 5. sends the requests in ``CASES`` to it with the official ``openai`` SDK, for
-   ``claude-sonnet-4-6``, ``gemini-2.5-flash`` and ``gpt-5.5``, one at a time (so the recorded
+   ``claude-sonnet-4-6``, ``gemini-2.5-flash``, ``gpt-5.5`` and ``copilot/claude-sonnet-4.6``,
+   one at a time (so the recorded
    timings are those of an unloaded machine); the gateway's ``--record`` writes one
    fixture per CLI run, errors included;
 6. stops the gateway and the fake API, scrubs the temporary ``HOME`` path and the fake
@@ -53,11 +56,12 @@ sys.path.insert(0, str(ROOT))
 from cli_proxy.backends.registry import backend_class, names  # noqa: E402
 from cli_proxy.plan.routing import route  # noqa: E402
 from cli_proxy.protocol import ChatCompletionRequest  # noqa: E402
+from cli_proxy.replay.keys import fixture_name as store_name  # noqa: E402
 from cli_proxy.replay.keys import normalized_request, request_key  # noqa: E402
 from cli_proxy.replay.store import FixtureStore, load_fixture  # noqa: E402
 
 FAKE_API = ROOT / "tests" / "fakes" / "fake_model_api.py"
-MODELS = ("claude-sonnet-4-6", "gemini-2.5-flash", "gpt-5.5")
+MODELS = ("claude-sonnet-4-6", "gemini-2.5-flash", "gpt-5.5", "copilot/claude-sonnet-4.6")
 API_KEY = "test"  # the dummy key the CLIs send to the fake API; must never reach a fixture
 HOME_PLACEHOLDER = "$HOME"
 PORT_PLACEHOLDER = "PORT"  # as docs/real-clis.md writes it
@@ -163,14 +167,14 @@ def cases() -> list[Case]:
             "say hi, upstream 529 (claude) / 503 (gemini, codex) -> gateway 503",
             {},  # filled per backend below
             expect_error=openai.InternalServerError,
-            upstream_status={"claude": 529, "gemini": 503, "codex": 503},
+            upstream_status={"claude": 529, "gemini": 503, "codex": 503, "copilot": 529},
         ),
         Case(
             "rate-limit",
             "say hi, upstream 429 -> gateway 429",
             {},
             expect_error=openai.RateLimitError,
-            upstream_status={"claude": 429, "gemini": 429, "codex": 429},
+            upstream_status={"claude": 429, "gemini": 429, "codex": 429, "copilot": 429},
         ),
     ]
 
@@ -198,7 +202,7 @@ def native_body(body: dict[str, Any]) -> dict[str, Any]:
 
 
 def wait_for_line(path: Path, proc: subprocess.Popen[bytes], what: str, pred: Any) -> str:
-    deadline = time.monotonic() + 30
+    deadline = time.monotonic() + 90  # a busy machine: the gateway starts in 15 s
     while time.monotonic() < deadline:
         if path.exists():
             for line in path.read_text(encoding="utf-8", errors="replace").splitlines():
@@ -243,6 +247,10 @@ def start_gateway(
         "GOOGLE_GEMINI_BASE_URL": fake_url,
         "CODEX_API_KEY": API_KEY,
         "CLI_PROXY_CODEX__BASE_URL": fake_url + "/v1",  # the gateway's own setting
+        # copilot through BYOK to the fake's Anthropic Messages endpoint
+        "COPILOT_PROVIDER_BASE_URL": fake_url,
+        "COPILOT_PROVIDER_TYPE": "anthropic",
+        "COPILOT_PROVIDER_API_KEY": API_KEY,
         "PYTHONPATH": str(ROOT),
     }
     log = tmp / "gateway.log"
@@ -263,6 +271,8 @@ def start_gateway(
         str(cli_dir / "gemini"),
         "--codex-bin",
         str(cli_dir / "codex"),
+        "--copilot-bin",
+        str(cli_dir / "copilot"),
         "--max-concurrency",
         "2",
         "--timeout",
@@ -307,8 +317,9 @@ class Recorded:
 
 def fixture_name(model: str, body: dict[str, Any]) -> tuple[str, str]:
     req = ChatCompletionRequest.model_validate({"model": model, **body})
-    key = request_key(normalized_request(req))
-    return key, f"{backend_of(model)}-{model}-{key[:12]}.json"
+    normalized = normalized_request(req)
+    key = request_key(normalized)
+    return key, store_name(backend_of(model), normalized, key)
 
 
 def backend_of(model: str) -> str:
@@ -365,7 +376,8 @@ def leaks(path: Path, forbidden: list[str]) -> list[str]:
     for before, arg in zip(["", *args], args, strict=False):
         # codex's --config key=value overrides are the gateway's own sealing settings, and
         # --model=NAME is how every backend passes the model
-        own = before == "--config" or arg.startswith("--model=")
+        # (copilot: --available-tools=, --reasoning-effort=)
+        own = before == "--config" or arg.startswith("--")
         if arg == API_KEY or ("=" in arg and not own) or "API_KEY" in arg:
             found.append(f"argv element {arg!r}")
     if f'"{API_KEY}"' in text or "x-api-key" in text or "x-goog-api-key" in text:
@@ -388,7 +400,7 @@ def main(argv: list[str] | None = None) -> int:
     models: list[str] = args.models
     cli_dir: Path = args.cli_dir.resolve()
     out: Path = args.out.resolve()
-    for name in ("claude", "gemini", "codex"):
+    for name in ("claude", "gemini", "codex", "copilot"):
         if not os.access(cli_dir / name, os.X_OK):
             print(f"record_fixtures: {cli_dir / name} not found (make real-clis)", file=sys.stderr)
             return 2

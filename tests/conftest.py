@@ -41,6 +41,7 @@ def fake_settings(**overrides: Any) -> Settings:
     values: dict[str, Any] = {
         "claude_bin": f"{sys.executable} {FAKE_CLI} claude",
         "gemini_bin": f"{sys.executable} {FAKE_CLI} gemini",
+        "copilot_bin": f"{sys.executable} {FAKE_CLI} copilot",
         "codex_bin": f"{sys.executable} {CODEX_FAKE_CLI}",
         "timeout_s": 30,
         "idle_timeout_s": 15,

@@ -142,6 +142,11 @@ class Backend(ABC):
         """Files (relative path, content) written into the CLI's fresh, empty work dir."""
         return ()
 
+    def read_paths(self) -> tuple[str, ...]:
+        """Host paths outside the work dir and HOME's state paths that the CLI must read (a
+        shared package cache): a sandbox shows them read-only."""
+        return ()
+
     def private_home(self, user_home: str) -> PrivateHome | None:
         """A throw-away HOME for the call (None: the real one, limited to ``home_paths``)."""
         return None

@@ -25,6 +25,7 @@ BUILT_IN: dict[str, str] = {
     "claude": "cli_proxy.backends.claude.backend:ClaudeBackend",
     "gemini": "cli_proxy.backends.gemini.backend:GeminiBackend",
     "codex": "cli_proxy.backends.codex.backend:CodexBackend",
+    "copilot": "cli_proxy.backends.copilot.backend:CopilotBackend",
 }
 
 _REGISTRY: dict[str, type[Backend] | str] = dict(BUILT_IN)

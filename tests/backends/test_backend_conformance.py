@@ -82,6 +82,16 @@ def _codex_tools_off(argv: list[str], files: dict[str, bytes]) -> bool:
     )
 
 
+def _copilot_tools_off(argv: list[str], files: dict[str, bytes]) -> bool:
+    # an allowlist of one name that is no tool: no tool at all (capture copilot-1.0.102-text
+    # .upstream.json: "tools": []); the .git file keeps ancestors' instructions out
+    return (
+        "--available-tools=none-offered-by-cli-proxy" in argv
+        and {"--disable-builtin-mcps", "--no-ask-user", "--no-auto-update"} <= set(argv)
+        and files.get(".git", b"").startswith(b"gitdir:")
+    )
+
+
 def _flag_model(argv: list[str]) -> str:
     (model,) = [a.removeprefix("--model=") for a in argv if a.startswith("--model=")]
     return model
@@ -144,6 +154,28 @@ CONFORMANCE: dict[str, Conformance] = {
         tools_off=_codex_tools_off,
         model_of=_codex_model,
         auth_env="CODEX_API_KEY",
+    ),
+    "copilot": Conformance(
+        # copilot --acp 1.0.102 through BYOK to tests/fakes/fake_model_api.py, driven by the
+        # backend's own parser (copilot-capture.py)
+        captures={
+            "text": "copilot-1.0.102-text",
+            "tool_call": "copilot-1.0.102-json-toolcall",
+            "auth": "copilot-1.0.102-401",
+            "rate_limit": "copilot-1.0.102-429",
+            "overloaded": "copilot-1.0.102-503",
+            "empty": "copilot-1.0.102-empty",
+        },
+        model="copilot/claude-sonnet-4.6",
+        tools_off=_copilot_tools_off,
+        model_of=_flag_model,
+        auth_env="COPILOT_GITHUB_TOKEN",
+        known_limits={
+            # an answer cut at max_tokens is continued by copilot itself (three more model
+            # requests, the text repeated as the model sent it), then ends end_turn: the
+            # gateway gets no sign of the cut (capture copilot-1.0.102-max-tokens)
+            "token_limit": "copilot 1.0.102 continues a cut answer and reports end_turn",
+        },
     ),
 }
 
@@ -265,7 +297,8 @@ def test_env_is_an_allowlist(backend: str) -> None:
     env = make(backend).env({**base, **nesting, **SECRETS, **extra})
     assert {k: env[k] for k in base} == base
     assert env["PASS_ME"] == "y"  # pass_env opens the door on purpose
-    assert not (set(nesting) | set(SECRETS) | {"DROP_ME"}) & set(env)
+    secrets = set(SECRETS) - set(backend_class(backend).login_vars)  # copilot's GITHUB_TOKEN
+    assert not (set(nesting) | secrets | {"DROP_ME"}) & set(env)
 
 
 @pytest.mark.parametrize("backend", BUILTIN)

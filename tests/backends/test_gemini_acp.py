@@ -13,9 +13,9 @@ import openai
 import pytest
 import structlog
 
+from cli_proxy.backends.acp.rpc import ACP_PREFIX
 from cli_proxy.backends.gemini.backend import GeminiBackend
 from cli_proxy.backends.gemini.parser import GeminiParser
-from cli_proxy.backends.gemini.rpc import ACP_PREFIX
 from cli_proxy.failures import FailureKind
 from cli_proxy.plan.prompt import render
 from cli_proxy.protocol import ChatCompletionRequest

@@ -72,7 +72,7 @@ def test_no_cli_on_path(tmp_path: Path) -> None:
         assert f"npm install -g {pin.npm}@{pin.version}" in lines[name]
     assert "SERVED, no CLI is found (replay mode)" in lines["fixtures"]
     assert str(ROOT / "fixtures") in lines["fixtures"]
-    assert lines["result"].endswith("no backend can serve (of claude, gemini, codex)")
+    assert lines["result"].endswith("no backend can serve (of claude, gemini, codex, copilot)")
 
 
 def test_cli_without_login(tmp_path: Path) -> None:
@@ -96,7 +96,7 @@ def test_ready(tmp_path: Path) -> None:
     assert "login: ~/.claude/.credentials.json" in lines["claude"]
     assert re.match(r"gemini +ready .*login: \$GEMINI_API_KEY set$", lines["gemini"])
     assert re.match(r"codex +no login ", lines["codex"])
-    assert lines["result"].endswith("2 of 3 backends can serve: claude, gemini")
+    assert lines["result"].endswith("2 of 4 backends can serve: claude, gemini")
     # the warm pool's worst case: 4 spares of the biggest ready CLI (gemini, ~210 MiB)
     assert "at most ~840 MiB RSS" in lines["warm"]
     assert SECRET not in out
@@ -240,7 +240,7 @@ def test_pins_are_the_makefiles() -> None:
     """One list of tested releases: the Makefile includes the file doctor reads."""
     assert "include cli_proxy/pinned-clis.mk" in (ROOT / "Makefile").read_text()
     pins = pinned_clis()
-    assert set(pins) == {"claude", "gemini", "codex"}
+    assert set(pins) == {"claude", "gemini", "codex", "copilot"}
     assert all(re.fullmatch(r"\d+\.\d+\.\d+", p.version) and p.npm for p in pins.values())
 
 
@@ -285,9 +285,9 @@ def test_capacity_line_says_the_bounds_in_force(tmp_path: Path) -> None:
     """The bounds the gateway would apply here: derived from the memory by default, the
     setting when one is given, and an upstream account's cap."""
     _, _, lines = doctor(tmp_path, CLI_PROXY_CLI_MEMORY_BUDGET_MIB="2000")
-    # 2000 MiB over the largest enabled CLI (gemini, 300 MiB): 6
+    # 2000 MiB over the largest enabled CLI (copilot, 380 MiB): 5
     assert re.match(
-        r"capacity +6 CLI processes at once, calls and spares \(from 2000 MiB", lines["capacity"]
+        r"capacity +5 CLI processes at once, calls and spares \(from 2000 MiB", lines["capacity"]
     )
     _, _, lines = doctor(
         tmp_path, CLI_PROXY_MAX_CONCURRENCY="3", CLI_PROXY_CLAUDE__MAX_CONCURRENCY="2"

@@ -1,7 +1,7 @@
 #!/usr/bin/env python3
 """A stand-in for the claude / gemini CLIs that prints their real stream-json format.
 
-Usage: ``fake_cli.py claude|gemini <the CLI's own argv>``; the prompt arrives on stdin.
+Usage: ``fake_cli.py claude|gemini|copilot <the CLI's own argv>``; the prompt arrives on stdin.
 The event shapes are copied from real runs (shared/reference/real-cli-samples and
 fixtures/). What it answers is scripted by the LAST ``@@fake {json}`` directive in
 the prompt (XML-escaped, so it is unescaped first):
@@ -510,6 +510,44 @@ def run_gemini_acp(acp: AcpSession, spec: dict[str, object], answer: str) -> Non
     )
 
 
+def run_copilot_acp(acp: AcpSession, spec: dict[str, object], answer: str) -> None:
+    """copilot --acp (1.0.102's shapes, tests/data/real-cli/copilot-1.0.102-*): its own
+    "Info:" lines first, a usage_update when the model request goes out, the text, and a
+    result with ``usage``; an upstream error (``status``) is one "Error: ..." chunk and a
+    result without usage."""
+    out = Out(spec)
+
+    def update(kind: str, **fields: object) -> None:
+        upd = {"sessionUpdate": kind, **fields}
+        out.emit(
+            {
+                "jsonrpc": "2.0",
+                "method": "session/update",
+                "params": {"sessionId": acp.session, "update": upd},
+            }
+        )
+
+    def text(piece: str) -> None:
+        update("agent_message_chunk", content={"type": "text", "text": piece})
+
+    text("Info: Disabled tools: bash, view")
+    text('Info: Unknown tool name in the tool allowlist: "none-offered-by-cli-proxy"')
+    update("usage_update", used=2000, size=936000)
+    if spec.get("thought"):
+        update("agent_thought_chunk", content={"type": "text", "text": str(spec["thought"])})
+    if spec.get("status"):
+        text(f"Error: {spec['status']} {spec.get('error_message', 'Invalid request')}")
+        out.emit({"jsonrpc": "2.0", "id": acp.prompt_id, "result": {"stopReason": "end_turn"}})
+        return
+    for piece in split(answer, int(spec.get("chunks", 3))):  # type: ignore[call-overload]
+        if piece:
+            text(piece)
+    usage = {"inputTokens": len(acp.text()) // 4, "outputTokens": len(answer) // 4 + 1}
+    stop = "max_tokens" if spec.get("max_tokens") else "end_turn"
+    result = {"stopReason": stop, "usage": usage}
+    out.emit({"jsonrpc": "2.0", "id": acp.prompt_id, "result": result})
+
+
 def boot_and_record(spec: dict[str, object], started: float) -> None:
     """Burn CPU like a starting node CLI, then note the start window (``boot``)."""
     until = time.process_time() + float(spec["boot"])  # type: ignore[arg-type]
@@ -555,9 +593,9 @@ def main() -> int:
     # like the real CLIs (Node's JSON.stringify): raw UTF-8 out, whatever the locale
     sys.stdin.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
     sys.stdout.reconfigure(encoding="utf-8")  # type: ignore[union-attr]
-    acp = AcpSession() if flavour == "gemini" and "--acp" in argv else None
+    acp = AcpSession() if flavour in ("gemini", "copilot") and "--acp" in argv else None
     if acp is not None:
-        if gemini_login_refused():
+        if flavour == "gemini" and gemini_login_refused():
             gemini_interactive_login()
             return 41
         if not acp.open():
@@ -609,7 +647,7 @@ def main() -> int:
     code = int(spec.get("exit", 0))  # type: ignore[call-overload]
     if code == 0 or spec.get("print_before_exit"):
         if acp is not None:
-            run_gemini_acp(acp, spec, answer)
+            (run_copilot_acp if flavour == "copilot" else run_gemini_acp)(acp, spec, answer)
         else:
             (run_claude if flavour == "claude" else run_gemini)(argv, prompt, spec, answer)
     if acp is not None and code == 0 and not (spec.get("close_linger") or spec.get("no_result")):

@@ -252,7 +252,7 @@ async def test_views_are_cheap_the_binaries_are_probed_once(
     await status_with_versions(served)
     for _ in range(5):
         await get_status(served)
-    assert sorted(probed) == ["claude", "codex", "gemini"]
+    assert sorted(probed) == ["claude", "codex", "copilot", "gemini"]
 
 
 async def test_a_slow_probe_never_holds_a_view_long(

@@ -32,7 +32,7 @@ login stays inside the CLI, tests/data/real-cli/gemini-0.61.0-quota.md). What re
 is a model's answer or its 429 and that error's text: read into the model's quota state
 (``RateLimit``, its window the model), the wait and the message (``quota_failure``).
 
-The folder: ``backend.py`` (argv, settings, private home), ``rpc.py`` (JSON-RPC lines, the
-warm prefix, content blocks), ``parser.py`` (reading the session), ``quota.py`` (a 429's
+The folder: ``backend.py`` (argv, settings, private home), ``parser.py`` (reading the
+session, on the ACP client it shares with copilot: ``backends/acp/``), ``quota.py`` (a 429's
 text), ``login.py`` (the Google login).
 """

@@ -7,19 +7,19 @@ from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
+from cli_proxy.backends.acp.rpc import (
+    ACP_PREFIX,
+    agent_version,
+    prompt_blocks,
+)
 from cli_proxy.backends.base import (
     Backend,
     BackendOptions,
     LaunchOptions,
     LoginState,
-    load_json_line,
 )
 from cli_proxy.backends.gemini.login import gemini_login, personal_login_warning
 from cli_proxy.backends.gemini.parser import GeminiParser
-from cli_proxy.backends.gemini.rpc import (
-    ACP_PREFIX,
-    prompt_blocks,
-)
 from cli_proxy.backends.system_prompt import MINIMAL_SYSTEM_PROMPT, SystemPrompt
 from cli_proxy.plan.prompt import Prompt
 from cli_proxy.plan.spec import PrivateHome
@@ -189,14 +189,7 @@ class GeminiBackend(Backend):
 
     @classmethod
     def cli_version(cls, stdout_lines: Sequence[str]) -> str | None:
-        """The ``initialize`` result (the first line) names the agent's version."""
-        for line in stdout_lines[:3]:
-            obj = load_json_line(line.encode("utf-8"))
-            result = obj.get("result") if obj is not None else None
-            info = result.get("agentInfo") if isinstance(result, dict) else None
-            if isinstance(info, dict) and isinstance(info.get("version"), str):
-                return str(info["version"])
-        return None
+        return agent_version(stdout_lines)
 
 
 # OpenAI reasoning levels -> Gemini 2.5 thinking budgets (tokens; flash allows 0..24576);

@@ -7,25 +7,17 @@ import json
 import re
 from typing import Any
 
+from cli_proxy.backends.acp.session import AcpSession, chunk_text
 from cli_proxy.backends.base import (
-    StreamParser,
     as_int,
     classify_failure,
     empty_answer,
     exit_failure,
     kind_for_status,
-    load_json_line,
     login_expired_message,
 )
 from cli_proxy.backends.gemini.login import INELIGIBLE, RELOGIN, ineligible_message
 from cli_proxy.backends.gemini.quota import quota_failure
-from cli_proxy.backends.gemini.rpc import (
-    INITIALIZE,
-    METHOD_NOT_FOUND,
-    NEW_SESSION,
-    PROMPT,
-    rpc_line,
-)
 from cli_proxy.failures import FailureKind
 from cli_proxy.read.events import (
     CliEvent,
@@ -38,50 +30,20 @@ from cli_proxy.read.events import (
 )
 
 
-class GeminiParser(StreamParser):
-    """The client side of one ACP session: answers the CLI's requests, sends the prompt once
-    the session is open, and reads the turn's updates and result."""
+class GeminiParser(AcpSession):
+    """The client side of one ACP session (``acp/session.py``): reads gemini's updates, its
+    prompt result and its JSON-RPC errors."""
+
+    cli = "gemini"
 
     def __init__(self, blocks: list[dict[str, Any]], model: str = "") -> None:
-        self.done = False
-        self._blocks = blocks
+        super().__init__(blocks)
         self._model = model  # the quota's window (quotas are per model); "": not reported
-        self._out: list[bytes] = []
         self._text_seen = False
-        self._failed = False
         self._truncated = False
-        self._prompted = False
 
-    def replies(self) -> bytes:
-        out, self._out = b"".join(self._out), []
-        return out
-
-    def feed(self, line: bytes) -> list[CliEvent]:
-        obj = load_json_line(line)
-        if self.done:
-            return []
-        if obj is None:
-            return self._login_prompt() if _LOGIN_PROMPT.search(line) else []
-        method = obj.get("method")
-        if isinstance(method, str):
-            if "id" in obj:
-                self._answer_request(obj["id"], method)
-                return []
-            return self._notification(method, obj.get("params"))
-        if obj.get("id") == PROMPT:
-            return self._prompt_result(obj)
-        if obj.get("id") in (INITIALIZE, NEW_SESSION):
-            return self._setup_result(obj)
-        return []
-
-    def _answer_request(self, rid: Any, method: str) -> None:
-        """The CLI asks something of the client: nothing is ever granted."""
-        if method == "session/request_permission":
-            result: dict[str, Any] = {"outcome": {"outcome": "cancelled"}}
-            self._out.append(rpc_line({"id": rid, "result": result}))
-        else:
-            error = {"code": METHOD_NOT_FOUND, "message": f"{method} is not offered by this client"}
-            self._out.append(rpc_line({"id": rid, "error": error}))
+    def _non_json(self, line: bytes) -> list[CliEvent]:
+        return self._login_prompt() if _LOGIN_PROMPT.search(line) else []
 
     def _login_prompt(self) -> list[CliEvent]:
         """The CLI asks for an interactive Google login (its refresh was refused) on the
@@ -93,30 +55,11 @@ class GeminiParser(StreamParser):
         )
         return self._fail(Failure(FailureKind.LOGIN_EXPIRED, message))
 
-    def _setup_result(self, obj: dict[str, Any]) -> list[CliEvent]:
-        if "error" in obj:
-            return self._rpc_failure(obj["error"])
-        result = obj.get("result")
-        session = result.get("sessionId") if isinstance(result, dict) else None
-        if obj.get("id") == NEW_SESSION and not self._prompted:
-            if not isinstance(session, str) or not session:
-                return self._fail(Failure(FailureKind.CLI_ERROR, "gemini opened no ACP session"))
-            self._prompted = True
-            params = {"sessionId": session, "prompt": self._blocks}
-            self._out.append(rpc_line({"id": PROMPT, "method": "session/prompt", "params": params}))
-        return []
-
-    def _notification(self, method: str, params: Any) -> list[CliEvent]:
-        if method != "session/update" or not isinstance(params, dict):
-            return []
-        update = params.get("update")
-        if not isinstance(update, dict):
-            return []
+    def _update(self, update: dict[str, Any]) -> list[CliEvent]:
         kind = update.get("sessionUpdate")
         if kind in ("agent_message_chunk", "agent_thought_chunk"):
-            content = update.get("content")
-            text = content.get("text") if isinstance(content, dict) else None
-            if not isinstance(text, str) or not text:
+            text = chunk_text(update)
+            if text is None:
                 return []
             if kind == "agent_thought_chunk":
                 # the CLI formats each thought "**subject**\ndescription"; no subject: "****"
@@ -130,12 +73,8 @@ class GeminiParser(StreamParser):
             return self._fail(Failure(FailureKind.INVALID_ANSWER, message))
         return []
 
-    def _prompt_result(self, obj: dict[str, Any]) -> list[CliEvent]:
-        if "error" in obj:
-            return self._rpc_failure(obj["error"])
+    def _prompt_result(self, result: dict[str, Any]) -> list[CliEvent]:
         self.done = True
-        result = obj.get("result")
-        result = result if isinstance(result, dict) else {}
         events: list[CliEvent] = []
         usage = _usage(result)
         if usage is not None:
@@ -190,13 +129,6 @@ class GeminiParser(StreamParser):
             return self._fail(failure)
         failure, window = quota_failure(failure, self._model)
         return ([window] if window is not None else []) + self._fail(failure)
-
-    def _fail(self, failure: Failure) -> list[CliEvent]:
-        self.done = True
-        if self._failed:
-            return []
-        self._failed = True
-        return [failure]
 
     def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
         if self._failed:

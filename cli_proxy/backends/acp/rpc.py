@@ -1,11 +1,13 @@
-"""ACP as the gateway speaks it: JSON-RPC lines, the warm prefix a spare sends at spawn,
-and the prompt as content blocks."""
+"""ACP as the gateway speaks it (gemini and copilot alike): JSON-RPC lines, the warm prefix a
+spare sends at spawn, and the prompt as content blocks."""
 
 from __future__ import annotations
 
 import json
+from collections.abc import Sequence
 from typing import Any
 
+from cli_proxy.backends.base import load_json_line
 from cli_proxy.plan.prompt import Prompt
 
 # JSON-RPC ids of the three requests the gateway sends.
@@ -50,3 +52,14 @@ def prompt_blocks(prompt: Prompt) -> list[dict[str, Any]]:
             else:
                 blocks.append({"type": "image", "mimeType": piece.media_type, "data": piece.base64})
     return blocks
+
+
+def agent_version(stdout_lines: Sequence[str]) -> str | None:
+    """The agent's version as the ``initialize`` result (among the first lines) names it."""
+    for line in stdout_lines[:3]:
+        obj = load_json_line(line.encode("utf-8"))
+        result = obj.get("result") if obj is not None else None
+        info = result.get("agentInfo") if isinstance(result, dict) else None
+        if isinstance(info, dict) and isinstance(info.get("version"), str):
+            return str(info["version"])
+    return None
