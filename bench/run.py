@@ -8,7 +8,8 @@ so the throughput ratio separates the gateway's cost from the containment's. Pri
 and writes bench/results.json. Targets are reported, not enforced: the exit code is 0 either way.
 ``python bench/run.py --only answer-reader`` runs the in-process answer reader rows alone,
 ``--only messages`` the Messages API's rows against chat completions, ``--only
-generate-content`` Google's streamGenerateContent's (printed, no file written).
+generate-content`` Google's streamGenerateContent's, ``--only keys`` the cost of a key's
+limits (issue 47; printed, no file written).
 """
 
 from __future__ import annotations
@@ -80,7 +81,7 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_gateway() -> tuple[subprocess.Popen[bytes], str]:
+def start_gateway(extra: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLI_PROXY_")}
     cmd = [
@@ -100,6 +101,7 @@ def start_gateway() -> tuple[subprocess.Popen[bytes], str]:
         "512",
         "--log-level",
         "warning",
+        *(extra or []),
     ]
     proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stderr=subprocess.DEVNULL)
     url = f"http://127.0.0.1:{port}"
@@ -595,7 +597,125 @@ async def memory(url: str, pid: int, fresh: float) -> None:
     row("CLI processes counted by the gateway (peak)", health["peak_processes"], "", "", None)
 
 
+KEYS_TOML = """\
+[keys.bench]
+secret = "sk-bench-keys"
+max_concurrent = 64
+max_window_percent = 95
+tokens_per_day = 1000000000
+models = ["claude-*", "smart"]
+[models.smart]
+try = ["claude-sonnet-4-6"]
+"""
+
+
+async def keys_in_process(state: Path) -> float:
+    """The limits' own work per call, in-process (median of 5 rounds of 200 calls): match
+    the credential, the models list and alias target, the window check, admission (token
+    budget in SQLite, concurrency) and filing the usage (SQLite)."""
+    from cli_proxy.read.events import RateLimit
+    from cli_proxy.run.governor import Governor, estimate_tokens
+    from cli_proxy.run.keys import parse_keys
+    from cli_proxy.run.usage import UsageStore
+
+    gov = Governor(parse_keys(KEYS_TOML), UsageStore(state))
+    gov.report("claude", [RateLimit("five_hour", "allowed", 0.5, time.time() + 3600)])
+    backends = {"claude-sonnet-4-6": "claude"}.get
+    rounds = []
+    for _ in range(5):
+        t0 = time.process_time()
+        for _ in range(200):
+            key = gov.ring.match([b"sk-bench-keys"])
+            targets = gov.targets(key, "smart")
+            target, _backend = gov.choose(key, targets, backends)
+            slot = await gov.admit(key, estimate_tokens(20, None), 1.0)
+            assert slot is not None
+            slot.finish(target, input_tokens=20, output_tokens=5)
+        rounds.append((time.process_time() - t0) / 200 * 1000)
+    return statistics.median(rounds)
+
+
+async def keys_cost(control: bool = False) -> None:
+    """What the limits of a key cost per call (issue 47): two gateways on the same fake
+    claude, one without keys and one with ``--keys`` (a key with every limit: concurrency,
+    window share, a daily token budget in SQLite, a models list; calls through an alias),
+    called alternately in blocks of 20; the gateway process's CPU per call of each."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory() as tmp:
+        keys = Path(tmp) / "keys.toml"
+        keys.write_text(KEYS_TOML)
+        plain, plain_url = start_gateway()
+        # control: two gateways alike (no keys, the model by name): the noise of the rows
+        keyed, keyed_url = start_gateway(
+            [] if control else ["--keys", str(keys), "--state-dir", tmp]
+        )
+        try:
+            sides = {
+                "before": (psutil.Process(plain.pid), plain_url, {}, MODEL),
+                "after": (
+                    psutil.Process(keyed.pid),
+                    keyed_url,
+                    {} if control else {"Authorization": "Bearer sk-bench-keys"},
+                    MODEL if control else "smart",
+                ),
+            }
+            cpu = {"before": 0.0, "after": 0.0}
+            async with aiohttp.ClientSession() as session:
+
+                async def call(url: str, headers: dict[str, str], model: str) -> None:
+                    body = {**BODY, "model": model}
+                    async with session.post(
+                        f"{url}/v1/chat/completions", json=body, headers=headers
+                    ) as resp:
+                        got = await resp.json()
+                        assert resp.status == 200, got
+
+                for _, url, headers, model in sides.values():  # warm-up
+                    for _ in range(5):
+                        await call(url, headers, model)
+                blocks = 20
+                for i in range(blocks):
+                    for side in ("before", "after") if i % 2 == 0 else ("after", "before"):
+                        gw, url, headers, model = sides[side]
+                        before = gw.cpu_times()
+                        for _ in range(20):
+                            await call(url, headers, model)
+                        after = gw.cpu_times()
+                        cpu[side] += (after.user + after.system) - (before.user + before.system)
+        finally:
+            for proc in (plain, keyed):
+                proc.terminate()
+                proc.wait(10)
+        in_process = await keys_in_process(Path(tmp) / "micro")
+    n = blocks // 2 * 20
+    before_ms, after_ms = cpu["before"] * 1000 / n, cpu["after"] * 1000 / n
+    if control:
+        print("8c. Control: two gateways without keys, interleaved as below (the noise)")
+        row("gateway A: CPU per call", before_ms, "ms", "", None)
+        row("gateway B: CPU per call", after_ms, "ms", "", None)
+        row("B - A", after_ms - before_ms, "ms", "", None)
+        return
+    print("8. Keys and limits (--keys: every limit on, alias call) against no keys, interleaved")
+    row("no keys: gateway CPU per call", before_ms, "ms", "", None)
+    row("--keys, every limit: gateway CPU per call", after_ms, "ms", "", None)
+    row(
+        "limits' cost per call (after - before)",
+        after_ms - before_ms,
+        "ms",
+        "< 1 ms",
+        after_ms - before_ms < 1.0,
+    )
+    row("limits' own work per call, in-process (CPU)", in_process, "ms", "< 1 ms", in_process < 1)
+
+
 async def main() -> None:
+    if sys.argv[1:] == ["--only", "keys"]:  # the keys rows alone; prints only
+        await keys_cost()
+        return
+    if sys.argv[1:] == ["--only", "keys-control"]:  # the same, both gateways without keys
+        await keys_cost(control=True)
+        return
     if sys.argv[1:] == ["--only", "answer-reader"]:  # in-process, no gateway; prints only
         answer_reader()
         return
@@ -630,6 +750,7 @@ async def main() -> None:
     finally:
         proc.terminate()
         proc.wait(10)
+    await keys_cost()
     wall = time.monotonic() - started
     missed = [r["metric"] for r in ROWS if r["pass"] is False]
     print(

@@ -67,6 +67,12 @@ class Settings(BaseSettings):
     """name -> that backend's validated ``BackendOptions`` (filled from the sources above)."""
 
     api_keys: Annotated[list[SecretStr], NoDecode] = Field(default_factory=list)
+    keys_file: Path | None = None
+    """Named client keys with their limits, and model aliases (TOML; docs/keys.md). SIGHUP
+    re-reads it. ``api_keys`` stay one more key, unnamed and without limits."""
+    state_dir: Path | None = None
+    """Where the usage per key is kept (SQLite); None: a per-user data dir
+    (``$XDG_DATA_HOME/cli-proxy``). Used when ``keys_file`` is set."""
     allowed_hosts: Annotated[list[str], NoDecode] = Field(default_factory=list)
     """Host names served besides loopback ones ("*": any; only behind a trusted proxy)."""
     cors_origins: Annotated[list[str], NoDecode] = Field(default_factory=list)

@@ -92,3 +92,22 @@ class CliMissing(CallError):
 
 class CliTimeout(CallError):
     """The CLI ran past the total timeout or printed nothing for the idle timeout."""
+
+
+class NotAllowed(CallError):
+    """The client's key may not use the model it asked for (its ``models`` list)."""
+
+    def __init__(self, message: str, param: str | None = "model") -> None:
+        super().__init__(message)
+        self.param = param
+
+
+class OverLimit(CallError):
+    """A limit of the client's key refuses the call now (``code`` says which:
+    ``key_concurrency_limit``, ``window_limit``, ``token_budget_exhausted``,
+    ``no_model_available``); ``retry_after_s``: when it may pass."""
+
+    def __init__(self, message: str, code: str, retry_after_s: float) -> None:
+        super().__init__(message)
+        self.code = code
+        self.retry_after_s = retry_after_s

@@ -33,11 +33,14 @@ from cli_proxy.plan.spec import CallInput, LaunchSpec, Plan, ResponseIds
 from cli_proxy.protocol import ChatCompletionRequest, NamedToolChoice
 from cli_proxy.run.call import Call, LineSink
 from cli_proxy.run.containment import Launcher, make_launcher
+from cli_proxy.run.governor import Governor
+from cli_proxy.run.keys import KeyRing, KeysFileError, load_keys
 from cli_proxy.run.limits import CallBudget
 from cli_proxy.run.limits import from_settings as limits_from_settings
 from cli_proxy.run.logins import Login, LoginGate
 from cli_proxy.run.pool import PoolSettings, WarmPool
 from cli_proxy.run.supervisor import Supervisor
+from cli_proxy.run.usage import UsageStore, default_state_dir
 
 
 @dataclass(frozen=True, slots=True)
@@ -118,6 +121,23 @@ class LiveBackends:
         return backend.login(user_home(), spec.environ) if backend is not None else None
 
 
+def key_ring(settings: Settings) -> KeyRing:
+    """The keys the gateway accepts: the keys file's (if any) and ``api_keys`` as one unnamed
+    key without limits. ``KeysFileError`` names what is wrong."""
+    ring = load_keys(settings.keys_file) if settings.keys_file is not None else KeyRing()
+    return ring.with_api_keys(k.get_secret_value() for k in settings.api_keys)
+
+
+def reload_keys(gateway: Gateway) -> str | None:
+    """SIGHUP: re-read the keys file; new keys at once, calls in flight go on. A broken
+    file keeps the old keys: the message (problem and line) is returned for the log."""
+    try:
+        gateway.governor.reload(key_ring(gateway.settings))
+    except KeysFileError as exc:
+        return str(exc)
+    return None
+
+
 def user_home() -> str:
     return os.environ.get("HOME") or os.path.expanduser("~")
 
@@ -138,10 +158,17 @@ class Gateway:
     prompt_options: PromptOptions = field(init=False)
     image_limits: ImageLimits = field(init=False)
     fetch_policy: FetchPolicy = field(init=False)
+    governor: Governor = field(init=False)
     _warmed: set[Backend] = field(init=False, default_factory=set)
 
     def __post_init__(self) -> None:
         s = self.settings
+        # the keys file and the usage store first: a broken one stops the start (KeysFileError,
+        # StateError, each naming the path), before anything is started
+        store = None
+        if s.keys_file is not None:
+            store = UsageStore(s.state_dir or default_state_dir())
+        self.governor = Governor(key_ring(s), store)
         bounds, limits = limits_from_settings(s)
         self.supervisor = Supervisor(bounds, s.max_queue, limits)
         live = self.source if isinstance(self.source, LiveBackends) else None

@@ -18,7 +18,7 @@ from aiohttp import web
 from cli_proxy import __version__
 from cli_proxy.backends.registry import names
 from cli_proxy.config import Settings
-from cli_proxy.gateway import Gateway
+from cli_proxy.gateway import Gateway, reload_keys
 from cli_proxy.logs import configure, log
 from cli_proxy.replay.sources import make_gateway
 from cli_proxy.run.containment import enable_subreaper
@@ -52,6 +52,12 @@ def _settings_args(s: argparse.ArgumentParser) -> None:
         )
     s.add_argument("--backends", help=f"comma-separated backends to enable ({','.join(names())})")
     s.add_argument("--api-key", action="append", dest="api_keys", help="require this Bearer key")
+    s.add_argument(
+        "--keys", type=Path, dest="keys_file", help="named client keys and limits (docs/keys.md)"
+    )
+    s.add_argument(
+        "--state-dir", type=Path, help="where usage per key is kept (default: per-user data dir)"
+    )
     s.add_argument(
         "--max-concurrency",
         type=int,
@@ -146,10 +152,22 @@ async def serve(settings: Settings) -> None:
     def on_signal() -> None:  # the first signal drains, a second one stops at once
         (force if stop.is_set() else stop).set()
 
+    def on_hangup() -> None:  # SIGHUP: re-read the keys file (a broken one keeps the old)
+        if settings.keys_file is None:
+            log.info("keys_not_reloaded", reason="no keys file (--keys)")
+            return
+        problem = reload_keys(gateway)
+        if problem is not None:
+            log.error("keys_reload_failed", error=problem, kept="the keys loaded before")
+        else:
+            log.info("keys_reloaded", keys=[k.name for k in gateway.governor.ring.keys])
+
     loop = asyncio.get_running_loop()
     for sig in (signal.SIGINT, signal.SIGTERM):
         with contextlib.suppress(NotImplementedError):
             loop.add_signal_handler(sig, on_signal)
+    with contextlib.suppress(NotImplementedError):
+        loop.add_signal_handler(signal.SIGHUP, on_hangup)
     try:
         await stop.wait()
         await drain(gateway, force, settings.drain_timeout_s)
@@ -188,10 +206,12 @@ def main(argv: list[str] | None = None) -> int:
         return status
     configure(settings.log_level, bool(settings.log_json))
     from cli_proxy.replay.store import FixtureError
+    from cli_proxy.run.keys import KeysFileError
+    from cli_proxy.run.usage import StateError
 
     try:
         asyncio.run(serve(settings))
-    except FixtureError as exc:
+    except (FixtureError, KeysFileError, StateError) as exc:
         print(f"cli-proxy: {exc}", file=sys.stderr)
         return 2
     except OSError as exc:  # e.g. the port is taken

@@ -6,7 +6,6 @@ their table (``formats.py``). No domain step and no wire format lives here:
 
 from __future__ import annotations
 
-import hmac
 import time
 from collections.abc import Awaitable, Callable
 
@@ -16,13 +15,14 @@ from aiohttp.web_urldispatcher import AbstractRoute
 from cli_proxy.failures import CallError
 from cli_proxy.gateway import Gateway
 from cli_proxy.logs import log
+from cli_proxy.server.access import authenticate, client_key, name_the_model
 from cli_proxy.server.delivery import json_response
 from cli_proxy.server.errors import APIError, api_error
 from cli_proxy.server.formats import error_response, format_for, formats
 from cli_proxy.server.guard import CORS_ALLOW_HEADERS, Guard
 from cli_proxy.server.handlers import GATEWAY, LOGGED, handler
 from cli_proxy.server.metrics import CONTENT_TYPE as METRICS_CONTENT_TYPE
-from cli_proxy.server.metrics import METRICS, for_gateway
+from cli_proxy.server.metrics import METRICS, KeysCollector, for_gateway
 from cli_proxy.server.openapi import openapi_json
 from cli_proxy.server.status.calls_log import CallRecord
 from cli_proxy.server.status.routes import STATUS_PATH, add_status_page
@@ -89,40 +89,26 @@ async def errors_middleware(request: web.Request, handler: Handler) -> web.Strea
 
 @web.middleware
 async def auth_middleware(request: web.Request, handler: Handler) -> web.StreamResponse:
-    keys = request.app[GATEWAY].settings.api_keys
+    """Every path but the probes and the status page (its own auth) needs a key when the
+    gateway has any (``--api-key``, ``--keys``): ``access.authenticate``."""
     reach = request.method == "HEAD" and request.path == "/"
-    own = request.path in HEALTH_PATHS or request.path == STATUS_PATH  # the status page: its own
-    if keys and not own and not reach:
-        ok = any(
-            hmac.compare_digest(presented, k.get_secret_value().encode())
-            for presented in _presented_keys(request)
-            for k in keys
-        )
-        if not ok:
-            raise APIError(
-                401,
-                "Incorrect or missing API key: send 'Authorization: Bearer <key>' "
-                "or 'x-api-key: <key>'",
-                code="invalid_api_key",
-            )
+    own = request.path in HEALTH_PATHS or request.path == STATUS_PATH
+    if not own and not reach:
+        authenticate(request, request.app[GATEWAY])
     return await handler(request)
 
 
-def _presented_keys(request: web.Request) -> list[bytes]:
-    """The keys a request presents: ``Authorization: Bearer`` and ``x-api-key`` on every
-    path (the clients of the first APIs served send one or the other), and the sources the
-    request's own API adds (``WireFormat.credentials``)."""
-    out = [
-        key.strip().encode("utf-8", "surrogateescape")
-        for key in format_for(request.path, request.headers).credentials(request)
-    ]
-    scheme, _, token = request.headers.get("Authorization", "").partition(" ")
-    if scheme.lower() == "bearer":
-        out.append(token.strip().encode("utf-8", "surrogateescape"))
-    api_key = request.headers.get("x-api-key")
-    if api_key is not None:
-        out.append(api_key.strip().encode("utf-8", "surrogateescape"))
-    return out
+async def usage(request: web.Request) -> web.Response:
+    """``GET /v1/usage``: the calling key's own usage (docs/keys.md); not itself counted."""
+    gw, key = request.app[GATEWAY], client_key(request)
+    store = gw.governor.store
+    if key is None or store is None:
+        raise APIError(
+            404,
+            "usage per key is kept only with a keys file (--keys; docs/keys.md)",
+            code="usage_not_kept",
+        )
+    return json_response(store.usage(key.name))
 
 
 async def head_root(request: web.Request) -> web.Response:
@@ -198,13 +184,16 @@ def create_app(gateway: Gateway) -> web.Application:
     )
     app.on_response_prepare.append(guard.on_prepare)
     app.on_response_prepare.append(server_tools.on_prepare)  # x-cli-proxy-dropped-tools
+    app.on_response_prepare.append(name_the_model)  # x-cli-proxy-model
     app[GATEWAY] = gateway
     app[METRICS] = metrics = for_gateway(gateway)
+    metrics.registry.register(KeysCollector(gateway.governor))
     app[CALL_ROUTES] = {}
     app.router.add_get("/health", health)
     app.router.add_get("/health/ready", ready)
     app.router.add_get("/openapi.json", openapi_json)  # generated from the wire models
     app.router.add_get("/metrics", serve_metrics)
+    app.router.add_get("/v1/usage", usage)
     add_status_page(app, gateway, metrics)  # GET /status: HTML for people (Basic auth too)
     app.router.add_route("HEAD", "/", head_root)  # Claude Code's reachability probe
     add_format_routes(app)

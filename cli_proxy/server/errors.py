@@ -15,7 +15,9 @@ from cli_proxy.failures import (
     CliTimeout,
     FailureKind,
     InvalidRequest,
+    NotAllowed,
     NotFound,
+    OverLimit,
     ShuttingDown,
     SlotsBusy,
 )
@@ -112,6 +114,10 @@ def api_error(exc: CallError) -> APIError:
         if exc.kind in (FailureKind.AUTH, FailureKind.LOGIN_EXPIRED):
             headers = {"x-should-retry": "false"}  # no retry helps until the operator acts
         return APIError(status, exc.message, code=code, headers=headers)
+    if isinstance(exc, NotAllowed):  # the client's key may not use that model (docs/keys.md)
+        return APIError(403, exc.message, param=exc.param, code="model_not_allowed")
+    if isinstance(exc, OverLimit):  # a limit of the client's key: it may pass later
+        return APIError(429, exc.message, code=exc.code, headers=_retry_after(exc.retry_after_s))
     if isinstance(exc, SlotsBusy):
         return APIError(
             429,

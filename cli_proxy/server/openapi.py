@@ -58,9 +58,33 @@ class ReadyStatus(BaseModel):
     running: int
 
 
+class UsageCounts(BaseModel):
+    """A key's calls and tokens (input includes cached_input)."""
+
+    requests: int
+    errors: int
+    input_tokens: int
+    cached_input_tokens: int
+    output_tokens: int
+
+
+class UsageSummary(UsageCounts):
+    by_model: dict[str, UsageCounts]
+
+
+class KeyUsage(BaseModel):
+    """``GET /v1/usage``: the calling key's own usage (docs/keys.md), over the rolling 24 h
+    and since the state dir began; an alias call is filed under the model that answered."""
+
+    key: str
+    last_24h: UsageSummary
+    total: UsageSummary
+
+
 _OWN_MODELS: list[tuple[type[BaseModel], JsonSchemaMode]] = [
     (HealthStatus, "serialization"),
     (ReadyStatus, "serialization"),
+    (KeyUsage, "serialization"),
 ]
 
 
@@ -102,6 +126,12 @@ def _own_paths(ref: Refs) -> dict[str, Any]:
             "Prometheus metrics (text exposition format; docs/metrics.md)",
             answer("The gateway's metric families", {"text/plain": {"schema": {"type": "string"}}}),
             errors(GET_ERRORS, error),
+        ),
+        "/v1/usage": get(
+            "usage",
+            "The calling key's own usage (with a keys file, --keys; docs/keys.md)",
+            answer("requests, errors and tokens, last 24 h and total", json_of(KeyUsage)),
+            errors((*GET_ERRORS, 404), error),
         ),
         "/health/ready": get(
             "ready",

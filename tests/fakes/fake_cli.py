@@ -23,6 +23,8 @@ the prompt (XML-escaped, so it is unescaped first):
   child       spawn a grandchild that sleeps this many seconds (tree-kill tests)
   escape      with child: the grandchild escapes the CLI's session ("setsid") or is
               re-parented by a double fork ("double_fork")
+  per_cli     {"claude": {...}, "gemini": {...}}: a directive per CLI (the one prompt goes to
+              each target of an alias in turn); a CLI not named gets none
   echo_prompt answer with the prompt itself (round-trip tests)
   echo_blocks claude only: answer with the stdin message's content blocks, as JSON: text
               blocks as {"text": ...}, image blocks as {"image": media_type, "sha256": ...}
@@ -604,6 +606,8 @@ def main() -> int:
     if "--input-format" in sys.argv and "stream-json" in sys.argv:
         prompt = stream_json_prompt(raw)
     spec = directive(prompt)
+    if isinstance(spec.get("per_cli"), dict):  # the directive of this flavour, else none
+        spec = spec["per_cli"].get(flavour) or {}
     if spec.get("child"):
         sleep = f"time.sleep({float(spec['child'])})"  # type: ignore[arg-type]
         code = {

@@ -14,6 +14,7 @@ from cli_proxy.backends.base import Backend
 from cli_proxy.backends.checks import BackendReport
 from cli_proxy.gateway import Gateway, LiveBackends, user_home
 from cli_proxy.logs import log
+from cli_proxy.run.keys import API_KEY_NAME
 from cli_proxy.server.metrics import Metrics
 from cli_proxy.server.status.calls_log import ERROR_WINDOW_S, Recent
 
@@ -106,6 +107,7 @@ def render(
         "</header><main>",
         _backend_sections(gw, metrics, live, reports, now),
         _gateway(gw, metrics),
+        _keys(gw),
         _recent(metrics.calls.last(), now),
         "</main></body></html>",
     ]
@@ -375,6 +377,43 @@ def status_dict(status: dict[str, object], key: str) -> Iterable[tuple[str, int]
     if not isinstance(value, dict):
         return []
     return [(str(k), int(v)) for k, v in value.items() if isinstance(v, int)]
+
+
+def _keys(gw: Gateway) -> str:
+    """Each client key's use against its limits (docs/keys.md): names only, never secrets."""
+    keys = gw.governor.status()
+    if not gw.governor.ring.keys or all(k["name"] == API_KEY_NAME for k in keys):
+        return ""
+    rows = []
+    for k in keys:
+        name, limit = str(k["name"]), k["tokens_per_day"]
+        used = int(k["tokens_24h"])
+        tokens = number(used)
+        if limit is not None:
+            share = f"{number(used)} of {number(limit)} tokens a day"
+            tokens = meter(used, float(limit), share, key=name) + f" {e(share)}"
+        running = f"{k['running']}" + (
+            f" of {k['max_concurrent']}" if k["max_concurrent"] is not None else ""
+        )
+        window = NONE if k["max_window_percent"] is None else f"{k['max_window_percent']:g} %"
+        models = NONE if k["models"] is None else ", ".join(map(str, k["models"]))
+        rows.append(
+            f'<tr class="key" data-key="{e(name)}"><td>{e(name)}</td><td>{tokens}</td>'
+            f'<td class="n">{e(running)}</td><td class="n">{e(window)}</td>'
+            f"<td>{e(models)}</td></tr>"
+        )
+    aliases = "".join(
+        f"<li><code>{e(a)}</code>: {e(' → '.join(t))}</li>"
+        for a, t in gw.governor.ring.aliases.items()
+    )
+    return (
+        '<section id="keys"><h2>Keys</h2>'
+        '<table class="keys"><thead><tr><th>key</th><th>tokens, last 24 h</th>'
+        '<th class="n">calls running</th><th class="n">window limit</th><th>models</th>'
+        f"</tr></thead><tbody>{''.join(rows)}</tbody></table>"
+        + (f'<ul class="aliases">{aliases}</ul>' if aliases else "")
+        + "</section>"
+    )
 
 
 def _recent(recent: list[Recent], now: float) -> str:

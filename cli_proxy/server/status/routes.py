@@ -25,19 +25,17 @@ import asyncio
 import base64
 import binascii
 import contextlib
-import hmac
 import math
 import os
 import time
-from collections.abc import Sequence
 from pathlib import Path
 
 from aiohttp import web
-from pydantic import SecretStr
 
 from cli_proxy.backends.checks import VERSION_TIMEOUT_S, BackendReport, check_backend
 from cli_proxy.gateway import Gateway, LiveBackends, user_home
 from cli_proxy.logs import log
+from cli_proxy.run.keys import KeyRing, TwoCredentials
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.metrics import Metrics
 from cli_proxy.server.status.page import render
@@ -79,16 +77,17 @@ def presented_key(authorization: str) -> bytes | None:
     return None
 
 
-def authorized(authorization: str, keys: Sequence[SecretStr]) -> bool:
-    if not keys:
+def authorized(authorization: str, ring: KeyRing) -> bool:
+    """Any key the gateway accepts opens the page (``KeyRing.match``: constant time)."""
+    if not ring.enabled:
         return True
     presented = presented_key(authorization)
     if not presented:
         return False
-    found = False
-    for key in keys:  # every key compared: the time says nothing about which one matched
-        found |= hmac.compare_digest(presented, key.get_secret_value().encode())
-    return found
+    try:
+        return ring.match([presented]) is not None
+    except TwoCredentials:  # one header holds one credential: never raised here
+        return False
 
 
 # ---------------------------------------------------------------- the page's inputs
@@ -113,7 +112,7 @@ class StatusPage:
         return live if isinstance(live, LiveBackends) else None
 
     async def handle(self, request: web.Request) -> web.Response:
-        if not authorized(request.headers.get("Authorization", ""), self.gateway.settings.api_keys):
+        if not authorized(request.headers.get("Authorization", ""), self.gateway.governor.ring):
             raise APIError(
                 401,
                 "Incorrect or missing API key: /status takes it as the password of HTTP Basic "
