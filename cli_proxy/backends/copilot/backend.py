@@ -160,6 +160,10 @@ class CopilotBackend(Backend):
         """Copilot's first start extracts its ~235 MB package into the cache (1.5-6 s): done
         once here, on the host, so every call (sandboxed: the cache is read-only there) finds
         it ready."""
+        self._extract()
+        self._probe_models()
+
+    def _extract(self) -> None:
         key = (*self.command, self.cache_dir)
         with self._extract_lock:
             if key in self._extracted:
@@ -181,7 +185,6 @@ class CopilotBackend(Backend):
             except (OSError, subprocess.SubprocessError):
                 return  # a missing binary is reported by the call itself
             self._extracted.add(key)
-        self._probe_models()
 
     def _models_key(self) -> tuple[object, ...] | None:
         """(binary, login) of the model list; None under BYOK, where copilot lists none."""

@@ -114,6 +114,17 @@ def probe(
         os.mkdir(work)
         Path(work, ".git").write_bytes(b"gitdir: /nonexistent\n")
         full = {**env, "HOME": home, "COPILOT_HOME": home, "TMPDIR": work}
+        shared = env.get("COPILOT_CACHE_HOME")
+        if shared and os.path.isdir(os.path.join(shared, "pkg")):
+            # the extracted package from the shared cache, but copilot's own cache files
+            # (copilot-user-cache.json, managed-settings/) in this throw-away one: its user
+            # cache is not keyed by token (seen: a second token in the same cache got the
+            # first one's copilot_internal/user answer without asking GitHub), and a
+            # refused token leaves a null answer there
+            cache = os.path.join(home, "cache")
+            os.mkdir(cache)
+            os.symlink(os.path.join(shared, "pkg"), os.path.join(cache, "pkg"))
+            full["COPILOT_CACHE_HOME"] = cache
         try:
             proc = subprocess.Popen(
                 list(argv),
