@@ -69,11 +69,12 @@ class CopilotBackend(Backend):
     known_models = ("copilot/claude-sonnet-4.6", "copilot/gpt-5.5")
     """Listed when copilot reports no models (BYOK, no login, a failed probe); with a GitHub
     login ``/v1/models`` lists what copilot reports (``models.py``)."""
-    # measured on 1.0.102 (2026-11-28, RSS summed over the tree: the node loader and the native
-    # binary; three runs, BYOK to the fake, docs/performance.md): 304-353 MiB with the session
-    # open, 323-372 MiB peak mid-call (a 2,000-character streamed answer)
+    # measured on 1.0.102 with ``bench/capacity.py --only sizes`` (2026-11-28, two runs, BYOK
+    # to the fake, RSS summed over the bwrap tree: bwrap, launcher, node loader, native
+    # binary; docs/performance.md): 359-360 MiB with the session open, 378-380 MiB mid-call
+    # (an earlier one-off psutil script: 304-353 / 323-372 MiB, two processes, no sandbox)
     resident_mib = 380
-    at_rest_mib = 310
+    at_rest_mib = 360
     login_vars = (*TOKEN_VARS, BYOK_VAR)
     login_how = (
         "run `copilot login`, or set COPILOT_GITHUB_TOKEN, or COPILOT_PROVIDER_BASE_URL (BYOK)"
