@@ -330,7 +330,8 @@ async def test_models_endpoints(served: Served) -> None:
     ids = [m.id for m in models.data]
     assert "claude-sonnet-4-6" in ids and "gemini-2.5-flash" in ids
     assert all(
-        m.object == "model" and m.owned_by in ("claude", "gemini", "codex", "copilot") for m in models.data
+        m.object == "model" and m.owned_by in ("claude", "gemini", "codex", "copilot")
+        for m in models.data
     )
     one = await served.client.models.retrieve("sonnet")
     assert one.id == "sonnet" and one.owned_by == "claude"
