@@ -79,7 +79,7 @@ def cli_dir() -> Path:
 
 
 def point_clis_at(url: str) -> None:
-    """A throw-away HOME and the environment that sends both real CLIs to the fake API."""
+    """A throw-away HOME and the environment that sends the real CLIs to the fake API."""
     home = Path(tempfile.mkdtemp(prefix="cli-proxy-bench-home-"))
     (home / ".gemini").mkdir()
     (home / ".gemini" / "settings.json").write_text(
@@ -94,6 +94,10 @@ def point_clis_at(url: str) -> None:
         GEMINI_API_KEY="bench",
         CODEX_API_KEY="bench",
         GOOGLE_GEMINI_BASE_URL=url,
+        # copilot through BYOK: the fake's Messages endpoint, no GitHub call
+        COPILOT_PROVIDER_BASE_URL=url,
+        COPILOT_PROVIDER_TYPE="anthropic",
+        COPILOT_PROVIDER_API_KEY="bench",
     )
 
 

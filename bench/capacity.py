@@ -54,7 +54,12 @@ from cli_proxy.server.app import create_app  # noqa: E402
 from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
 FAKE_SLOW = f"{sys.executable} -I -S {ROOT / 'bench' / 'fake_slow_cli.py'}"
-MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
+MODELS = {
+    "claude": "claude-sonnet-4-6",
+    "gemini": "gemini-2.5-flash",
+    "codex": "gpt-5.5",
+    "copilot": "copilot/claude-sonnet-4.6",  # BYOK to the fake (bench/cache.py)
+}
 
 
 def pct(values: list[float], p: float) -> float:
@@ -100,7 +105,12 @@ def tree_memory(procs: list[psutil.Process]) -> dict[str, float]:
 # ------------------------------------------------------------------ 1. sizes
 
 
-MODEL_PATH = {"claude": "/v1/messages", "gemini": "GenerateContent", "codex": "/v1/responses"}
+MODEL_PATH = {
+    "claude": "/v1/messages",
+    "gemini": "GenerateContent",
+    "codex": "/v1/responses",
+    "copilot": "/v1/messages",
+}
 
 
 async def settled_spares(pool: Any) -> list[Any]:

@@ -11,7 +11,7 @@
 A duplex CLI (codex app-server) is driven cold by its own parser, as a call drives it: the
 handshake, then the thread and turn its parser sends, until its first text delta.
 
-Usage: ``python bench/warm.py [--rounds 8] [--backends claude,gemini,codex]
+Usage: ``python bench/warm.py [--rounds 8] [--backends claude,gemini,codex,copilot]
 [--out bench/warm-results.json]``.
 """
 
@@ -43,9 +43,15 @@ from cli_proxy.run.process import kill_tree  # noqa: E402
 from cli_proxy.server.app import create_app  # noqa: E402
 from tests.fakes.fake_model_api import start_fake_model_api  # noqa: E402
 
-MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash", "codex": "gpt-5.5"}
-PAUSE = {"claude": 2.0, "gemini": 4.0, "codex": 3.0}  # lets a spare start between calls
-TARGET = {"claude": 0.25, "gemini": 0.1, "codex": 0.25}
+MODELS = {
+    "claude": "claude-sonnet-4-6",
+    "gemini": "gemini-2.5-flash",
+    "codex": "gpt-5.5",
+    "copilot": "copilot/claude-sonnet-4.6",  # BYOK to the fake (bench/cache.py)
+}
+# lets a spare start between calls (copilot's session opens 4-10 s after spawn)
+PAUSE = {"claude": 2.0, "gemini": 4.0, "codex": 3.0, "copilot": 10.0}
+TARGET = {"claude": 0.25, "gemini": 0.1, "codex": 0.25, "copilot": 0.5}
 
 
 async def gateway_ttfb(client: AsyncOpenAI, model: str, text: str) -> float:
@@ -156,6 +162,7 @@ async def main() -> None:
         "claude_bin": str(clis / "claude"),
         "gemini_bin": str(clis / "gemini"),
         "codex": {"bin": str(clis / "codex"), "base_url": api.url + "/v1"},
+        "copilot": {"bin": str(clis / "copilot")},
         "max_concurrency": 8,
         "timeout_s": 60,
     }

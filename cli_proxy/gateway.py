@@ -28,7 +28,7 @@ from cli_proxy.plan.images import (
     fetch_all,
 )
 from cli_proxy.plan.prompt import Prompt, PromptOptions, render, tools_active
-from cli_proxy.plan.routing import Route, listed_models, route
+from cli_proxy.plan.routing import Route, route
 from cli_proxy.plan.spec import CallInput, LaunchSpec, Plan, ResponseIds
 from cli_proxy.protocol import ChatCompletionRequest, NamedToolChoice
 from cli_proxy.run.call import Call, LineSink
@@ -89,7 +89,7 @@ class LiveBackends:
         )
 
     def models(self) -> list[tuple[str, str]]:
-        return listed_models(self.classes)
+        return [(m, name) for name, b in self.backends.items() for m in b.models()]
 
     def route(self, model: str) -> Route | None:
         return route(model, self.classes)
@@ -220,6 +220,8 @@ class Gateway:
         """Shutdown: spares first (nothing new starts), then every running tree."""
         if self.pool is not None:
             await self.pool.close()
+        for backend in self._warmed:
+            backend.close()
         await self.supervisor.shutdown()
 
     async def open_call(self, req: ChatCompletionRequest, budget: CallBudget | None = None) -> Call:

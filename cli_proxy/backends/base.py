@@ -186,6 +186,16 @@ class Backend(ABC):
         """A parser for one run's stdout (a duplex one also writes the rest of the call's
         input: the prompt once the CLI's session is open, answers to the CLI's requests)."""
 
+    def close(self) -> None:
+        """The gateway is closing: stop what ``warm_up`` left running (copilot's model
+        probe). Most CLIs leave nothing."""
+        return None
+
+    def models(self) -> tuple[str, ...]:
+        """What ``/v1/models`` lists for this backend: ``known_models``, unless the CLI
+        reported its own list (copilot, after ``warm_up``)."""
+        return self.known_models
+
     def warm_up(self) -> None:
         """Per-binary work a plan needs (a catalog, a version probe), done once before the
         first plan, in a worker thread: ``Gateway.plan`` runs on the event loop and does no I/O.

@@ -62,6 +62,13 @@ def _die_with(parent: int) -> Callable[[], None] | None:
     return preexec
 
 
+def die_with_gateway() -> Callable[[], None] | None:
+    """A ``preexec_fn`` for a helper process the gateway starts outside a call's launcher
+    (a backend's one-off probe): SIGKILL when the gateway dies, even by ``kill -9``. The
+    death signal follows the thread that started it, so start and wait in one thread."""
+    return _die_with(os.getpid())
+
+
 _PR_SET_CHILD_SUBREAPER = 36
 _subreaper = False
 _spawned: set[int] = set()  # CLI processes started and not yet reaped

@@ -256,3 +256,39 @@ def test_retry_notes_and_no_response_text() -> None:
     )
     assert text(empty) == ""
     assert [e.kind for e in empty if isinstance(e, Failure)] == [FailureKind.EMPTY_ANSWER]
+
+
+def test_the_models_copilot_reports_are_listed_else_the_known_ones(
+    monkeypatch: pytest.MonkeyPatch, tmp_path: Path
+) -> None:
+    """``session/new``'s ``models`` with a GitHub login (1.0.102 through the fake Copilot API,
+    copilot-1.0.102-login.json) become ``copilot/<id>``, once per binary and login; under
+    BYOK, or before any report, the known models stand in."""
+    from cli_proxy.backends.copilot import models as reported
+
+    capture = json.loads((REAL / "copilot-1.0.102-login.json").read_text())
+    ids = reported.reported_ids({"models": capture["session_new_models"]})
+    assert ids == ("auto", "claude-sonnet-4.6", "gpt-5.5", "gemini-3.1-pro-preview")
+    disabled = {"modelId": "x", "_meta": {"copilotEnablement": "disabled"}}
+    assert (
+        reported.reported_ids({"models": {"availableModels": [disabled, {"modelId": "-o"}]}}) == ()
+    )
+    assert reported.reported_ids({"configOptions": []}) == ()  # BYOK: no models key
+
+    for var in ("COPILOT_GITHUB_TOKEN", "GH_TOKEN", "GITHUB_TOKEN", "COPILOT_PROVIDER_BASE_URL"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.setenv("GH_TOKEN", "gho_one")
+    backend = CopilotBackend(CopilotBackend.options_from({"bin": "/nonexistent/copilot"}))
+    assert backend.models() == CopilotBackend.known_models  # nothing reported yet
+    key = backend._models_key()
+    assert key is not None and "gho_one" not in repr(key)  # a digest, never the token
+    assert reported.claim(key) and not reported.claim(key)  # probed once per binary and login
+    assert backend.models() == CopilotBackend.known_models  # while the probe runs
+    reported.remember(key, ids)
+    assert backend.models() == tuple(f"copilot/{i}" for i in ids)
+    monkeypatch.setenv("GH_TOKEN", "gho_two")  # another login: not its list
+    assert backend.models() == CopilotBackend.known_models
+    monkeypatch.setenv("COPILOT_PROVIDER_BASE_URL", "http://127.0.0.1:9")
+    assert backend._models_key() is None and backend.models() == CopilotBackend.known_models
+    backend._probe_models()  # BYOK: no probe (copilot would list none)

@@ -331,3 +331,69 @@ async def test_a_refused_github_token_is_cli_auth_failed(
     finally:
         await proxy.close()
         await runner.cleanup()
+
+
+async def test_an_accepted_github_login_lists_the_models_copilot_reports(
+    serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch, package_cache: Path
+) -> None:
+    """The login path with an ACCEPTED token, through the CONNECT proxy to a fake GitHub and
+    Copilot API (tests/fakes/fake_copilot_api.py): copilot asks ``copilot_internal/user``,
+    then ``<endpoints.api>/models`` with the same token, and ``session/new`` reports the
+    models; ``/v1/models`` lists them as ``copilot/<id>`` (probed once, at start-up), and a
+    call on one of them reaches the fake's ``/v1/messages`` with the id unchanged."""
+    from tests.fakes.fake_connect_proxy import ConnectProxy
+    from tests.fakes.fake_copilot_api import HOSTS, FakeCopilotAPI
+
+    token = "gho_accepted_test_token"
+    api = await FakeCopilotAPI(token).start()
+    proxy = await ConnectProxy(HOSTS, api.port).start()
+    try:
+        for name in (*FOREIGN, "COPILOT_PROVIDER_BASE_URL", "COPILOT_PROVIDER_API_KEY"):
+            monkeypatch.delenv(name, raising=False)
+        monkeypatch.setenv("HOME", str(tmp_path / "home"))
+        monkeypatch.setenv("GH_TOKEN", token)
+        monkeypatch.setenv("HTTPS_PROXY", proxy.url)
+        monkeypatch.setenv("NODE_EXTRA_CA_CERTS", str(proxy.ca_pem))
+        assert CLI_DIR is not None
+        settings = Settings(
+            copilot={"bin": str(CLI_DIR / "copilot"), "cache_dir": str(package_cache)},
+            timeout_s=120,
+            idle_timeout_s=90,
+            kill_grace_s=1,
+            warm_pool=False,
+        )
+        served = await serve(Gateway(settings, live_backends(settings)))
+
+        async def models() -> set[str]:
+            listed = (await served.client.models.list()).data
+            return {m.id for m in listed if m.id.startswith("copilot/")}
+
+        assert await models() == {MODEL, "copilot/gpt-5.5"}  # the known ones, until it reports
+        await served.gateway.prewarm()  # what `cli-proxy serve` does at start-up
+        want = {"copilot/claude-sonnet-4.6", "copilot/gpt-5.5", "copilot/gemini-3.1-pro-preview"}
+
+        listed: set[str] = set()
+
+        async def reported() -> bool:
+            listed.update(await models())
+            return want <= listed
+
+        deadline = time.monotonic() + 90
+        while not await reported() and time.monotonic() < deadline:  # noqa: ASYNC110
+            await asyncio.sleep(0.5)
+        assert want <= listed, (listed, [(r["host"], r["path"]) for r in api.requests])
+        asked = [(r["host"], r["path"]) for r in api.requests]
+        assert ("api.github.com", "/copilot_internal/user") in asked
+        assert ("api.individual.githubcopilot.com", "/models") in asked
+        assert {r["auth"].split(" ", 1)[1] for r in api.requests} == {token}
+        assert not [r for r in api.requests if r["method"] == "POST"]  # no model request
+        answer = await served.client.chat.completions.create(model=MODEL, messages=user("say hi"))
+        assert answer.choices[0].message.content == api.answer
+        posts = [r for r in api.requests if r["method"] == "POST"]
+        assert [r["path"] for r in posts] == ["/v1/messages"]
+        assert posts[0]["body"]["model"] == "claude-sonnet-4.6"
+        assert "tools" not in posts[0]["body"]
+        assert set(proxy.refused) == set()  # no other host was asked for
+    finally:
+        await proxy.close()
+        await api.close()

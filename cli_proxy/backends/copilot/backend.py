@@ -8,10 +8,11 @@ import subprocess
 import threading
 from collections.abc import Mapping, Sequence
 from pathlib import Path
-from typing import ClassVar
+from typing import Any, ClassVar
 
 from cli_proxy.backends.acp.rpc import ACP_PREFIX, agent_version, prompt_blocks
 from cli_proxy.backends.base import Backend, BackendOptions, LaunchOptions, LoginState
+from cli_proxy.backends.copilot import models as reported
 from cli_proxy.backends.copilot.login import BYOK_VAR, LOGIN_FILE, TOKEN_VARS
 from cli_proxy.backends.copilot.parser import CopilotParser
 from cli_proxy.plan.prompt import Prompt
@@ -66,11 +67,14 @@ class CopilotBackend(Backend):
     # no bare prefix: copilot serves claude-, gpt- and gemini- models, which route to their
     # own CLIs; ``copilot/<id>`` picks copilot
     known_models = ("copilot/claude-sonnet-4.6", "copilot/gpt-5.5")
-    # measured on 1.0.102 (2026-11-28, RSS summed over the tree: the node loader and the native
-    # binary; three runs, BYOK to the fake, docs/performance.md): 304-353 MiB with the session
-    # open, 323-372 MiB peak mid-call (a 2,000-character streamed answer)
+    """Listed when copilot reports no models (BYOK, no login, a failed probe); with a GitHub
+    login ``/v1/models`` lists what copilot reports (``models.py``)."""
+    # measured on 1.0.102 with ``bench/capacity.py --only sizes`` (2026-11-28, two runs, BYOK
+    # to the fake, RSS summed over the bwrap tree: bwrap, launcher, node loader, native
+    # binary; docs/performance.md): 359-360 MiB with the session open, 378-380 MiB mid-call
+    # (an earlier one-off psutil script: 304-353 / 323-372 MiB, two processes, no sandbox)
     resident_mib = 380
-    at_rest_mib = 310
+    at_rest_mib = 360
     login_vars = (*TOKEN_VARS, BYOK_VAR)
     login_how = (
         "run `copilot login`, or set COPILOT_GITHUB_TOKEN, or COPILOT_PROVIDER_BASE_URL (BYOK)"
@@ -83,6 +87,10 @@ class CopilotBackend(Backend):
 
     _extracted: ClassVar[set[tuple[str, ...]]] = set()
     _extract_lock: ClassVar[threading.Lock] = threading.Lock()
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self._probes: set[subprocess.Popen[bytes]] = set()  # model probes running
 
     @property
     def cache_dir(self) -> str:
@@ -153,6 +161,10 @@ class CopilotBackend(Backend):
         """Copilot's first start extracts its ~235 MB package into the cache (1.5-6 s): done
         once here, on the host, so every call (sandboxed: the cache is read-only there) finds
         it ready."""
+        self._extract()
+        self._probe_models()
+
+    def _extract(self) -> None:
         key = (*self.command, self.cache_dir)
         with self._extract_lock:
             if key in self._extracted:
@@ -174,6 +186,42 @@ class CopilotBackend(Backend):
             except (OSError, subprocess.SubprocessError):
                 return  # a missing binary is reported by the call itself
             self._extracted.add(key)
+
+    def _models_key(self) -> tuple[object, ...] | None:
+        """(binary, login) of the model list; None under BYOK, where copilot lists none."""
+        env = self.env(os.environ)
+        if env.get(BYOK_VAR):
+            return None
+        stored = Path(os.path.expanduser("~")) / ".copilot" / LOGIN_FILE
+        path_env = os.environ.get("PATH", os.defpath)
+        return (
+            *reported.binary_key(self.command, path_env),
+            *reported.login_key(env, TOKEN_VARS, stored),
+        )
+
+    def _probe_models(self) -> None:
+        """Once per binary and login, in the background (a call never waits for it): a
+        sealed copilot opens a session and reports its models (the GitHub calls copilot
+        makes at every session start; no model request)."""
+        key = self._models_key()
+        if key is None or not reported.claim(key):
+            return
+        home = self.private_home(os.path.expanduser("~"))
+        argv = [*self.command, "--acp", "--stdio", f"--available-tools={NO_TOOL}", *SEAL_FLAGS]
+        env = self.env(os.environ)
+
+        def run() -> None:
+            reported.remember(key, reported.probe(argv, env, home.login, self._probes))
+
+        threading.Thread(target=run, name="copilot-models", daemon=True).start()
+
+    def close(self) -> None:
+        reported.stop(self._probes)
+
+    def models(self) -> tuple[str, ...]:
+        key = self._models_key()
+        ids = reported.cached(key) if key is not None else None
+        return tuple(f"copilot/{i}" for i in ids) if ids else self.known_models
 
     def encode_prompt(self, prompt: Prompt, request: ChatCompletionRequest) -> bytes:
         """Only the session set-up; the parser sends the prompt once the session is open."""
