@@ -7,7 +7,7 @@ from __future__ import annotations
 from typing import Any
 
 from cli_proxy.backends.acp.rpc import INITIALIZE, METHOD_NOT_FOUND, NEW_SESSION, PROMPT, rpc_line
-from cli_proxy.backends.base import StreamParser, load_json_line
+from cli_proxy.backends.base import StreamParser, empty_answer, exit_failure, load_json_line
 from cli_proxy.failures import FailureKind
 from cli_proxy.read.events import CliEvent, Failure
 
@@ -17,6 +17,7 @@ class AcpSession(StreamParser):
     ``_prompt_result`` and ``_rpc_failure``; ``_non_json`` sees lines that are not JSON."""
 
     cli = "the CLI"  # named in messages
+    relogin = ""  # the backend's re-login advice, for an exit with an error
 
     def __init__(self, blocks: list[dict[str, Any]]) -> None:
         self.done = False
@@ -24,6 +25,7 @@ class AcpSession(StreamParser):
         self._out: list[bytes] = []
         self._failed = False
         self._prompted = False
+        self._text_seen = False  # the model's text was read
 
     def replies(self) -> bytes:
         out, self._out = b"".join(self._out), []
@@ -87,6 +89,22 @@ class AcpSession(StreamParser):
             self._prompted = True
             params = {"sessionId": session, "prompt": self._blocks}
             self._out.append(rpc_line({"id": PROMPT, "method": "session/prompt", "params": params}))
+        return []
+
+    def _answered(self) -> bool:
+        """The prompt's answer holds something (an empty one is a failure of its own)."""
+        return self._text_seen
+
+    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
+        if self._failed:
+            return []
+        if not self.done:
+            if exit_code != 0:
+                return [exit_failure(exit_code, stderr, self.cli, self.relogin)]
+            message = f"{self.cli} exited without an answer (no result for the prompt)"
+            return [Failure(FailureKind.CLI_ERROR, message)]
+        if not self._answered():
+            return [empty_answer(self.cli)]
         return []
 
     def _fail(self, failure: Failure) -> list[CliEvent]:

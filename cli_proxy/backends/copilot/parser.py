@@ -30,8 +30,6 @@ from cli_proxy.backends.acp.session import AcpSession, chunk_text
 from cli_proxy.backends.base import (
     as_int,
     classify_failure,
-    empty_answer,
-    exit_failure,
     kind_for_status,
 )
 from cli_proxy.backends.copilot.login import NO_LOGIN, RELOGIN
@@ -63,12 +61,12 @@ class CopilotParser(AcpSession):
     """Reads one copilot session: text and thoughts, usage, and its error text."""
 
     cli = "copilot"
+    relogin = RELOGIN
 
     def __init__(self, blocks: list[dict[str, Any]], model: str = "") -> None:
         super().__init__(blocks)
         self._model = model  # the rate-limit window (per model, as gemini's); "": none
         self._upstream = False  # a usage_update came: the model request was sent
-        self._text_seen = False
         self._held: str | None = None  # a first chunk "Error: ...": copilot's or the model's
 
     def _update(self, update: dict[str, Any]) -> list[CliEvent]:
@@ -162,18 +160,6 @@ class CopilotParser(AcpSession):
         if re.search(r"authentication required", message, re.I):
             return self._fail(Failure(FailureKind.AUTH, f"copilot: {message} ({NO_LOGIN})"))
         return self._fail(classify_failure(f"copilot: {message}", RELOGIN))
-
-    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
-        if self._failed:
-            return []
-        if not self.done:
-            if exit_code != 0:
-                return [exit_failure(exit_code, stderr, "copilot", RELOGIN)]
-            message = "copilot exited without an answer (no result for the prompt)"
-            return [Failure(FailureKind.CLI_ERROR, message)]
-        if not self._text_seen:
-            return [empty_answer("copilot")]
-        return []
 
 
 def _usage(result: dict[str, Any]) -> UsageReport | None:

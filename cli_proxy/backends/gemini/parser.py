@@ -11,8 +11,6 @@ from cli_proxy.backends.acp.session import AcpSession, chunk_text
 from cli_proxy.backends.base import (
     as_int,
     classify_failure,
-    empty_answer,
-    exit_failure,
     kind_for_status,
     login_expired_message,
 )
@@ -35,11 +33,11 @@ class GeminiParser(AcpSession):
     prompt result and its JSON-RPC errors."""
 
     cli = "gemini"
+    relogin = RELOGIN
 
     def __init__(self, blocks: list[dict[str, Any]], model: str = "") -> None:
         super().__init__(blocks)
         self._model = model  # the quota's window (quotas are per model); "": not reported
-        self._text_seen = False
         self._truncated = False
 
     def _non_json(self, line: bytes) -> list[CliEvent]:
@@ -130,17 +128,8 @@ class GeminiParser(AcpSession):
         failure, window = quota_failure(failure, self._model)
         return ([window] if window is not None else []) + self._fail(failure)
 
-    def finish(self, exit_code: int, stderr: str) -> list[CliEvent]:
-        if self._failed:
-            return []
-        if not self.done:
-            if exit_code != 0:
-                return [exit_failure(exit_code, stderr, "gemini", RELOGIN)]
-            message = "gemini exited without an answer (no result for the prompt)"
-            return [Failure(FailureKind.CLI_ERROR, message)]
-        if not self._text_seen and not self._truncated:
-            return [empty_answer("gemini")]
-        return []
+    def _answered(self) -> bool:
+        return self._text_seen or self._truncated
 
 
 def _usage(result: dict[str, Any]) -> UsageReport | None:
