@@ -41,6 +41,7 @@ from tests.realcli.test_real_cli_logins import (  # noqa: F401
     gemini_run,
     needs_claude,
     needs_gemini,
+    personal,
 )
 from tests.run.test_sealed_processes import LAUNCHERS
 
