@@ -25,6 +25,7 @@ import aiohttp
 import anthropic
 import pytest
 from anthropic.types import Message
+from lxml import etree
 
 from cli_proxy.config import Settings
 from cli_proxy.gateway import Gateway, live_backends
@@ -37,8 +38,9 @@ from tests.fakes.fake_model_api import (
     gemini_texts,
     start_fake_model_api,
 )
-from tests.realcli.test_real_cli import FOREIGN_ENV, real_cli_dir
+from tests.realcli.test_real_cli import FOREIGN_ENV, assert_no_upstream_tools, real_cli_dir
 from tests.realcli.test_real_cli_codex import FOREIGN_ENV as CODEX_FOREIGN_ENV
+from tests.server.test_server_tools import CLINE, HEADER, cline_headers, cline_request
 
 CLI_DIR = real_cli_dir(("claude", "gemini", "codex"))
 CLAUDE, GEMINI, CODEX = "claude-sonnet-4-6", "gemini-2.5-flash", "gpt-5.5"
@@ -376,3 +378,63 @@ async def test_claude_code_runs_its_read_tool(
         assert [(b.thinking, b.signature) for b in sent_back] == want
     assert "bravo-from-the-file-7731" in result  # the file's line, read by Claude Code
     stack.assert_keys()
+
+
+# ------------------------------------------------------------------ Cline's captured request
+
+
+@pytest.mark.parametrize("model", [CLAUDE, GEMINI])
+async def test_cline_request_on_the_real_cli(stack: Stack, model: str) -> None:
+    """Cline 3.0.65's captured request (a server tool beside its 25 client tools; the .md
+    beside the data file) served by the real CLI: 200, the dropped tool named; what the
+    model API got declares no tool at all (neither web_search nor the CLI's own), and
+    Cline's tools reach the model in the gateway's prompt, web_search not among them."""
+    body = cline_request(model, answer=answer_json("Hi from the real CLI"))
+    headers = {**cline_headers(), "x-api-key": GATEWAY_KEY}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(stack.root_url + "/v1/messages", json=body, headers=headers) as r,
+    ):
+        status, dropped, text = r.status, r.headers.get(HEADER), await r.text()
+    assert status == 200, text
+    assert dropped == "web_search_20250305"
+    said = "".join(
+        json.loads(line[len("data: ") :])["delta"].get("text", "")
+        for line in text.splitlines()
+        if line.startswith("data: ") and '"content_block_delta"' in line
+    )
+    assert said == "Hi from the real CLI"
+    (request,) = stack.model_requests(model)
+    upstream = request["body"]
+    assert_no_upstream_tools(upstream)
+    assert "web_search" not in json.dumps(upstream)
+    prompt = prompt_text(model, upstream)
+    listed = etree.fromstring(
+        "<available_functions>"
+        + prompt.split("<available_functions>", 1)[1].split("</available_functions>", 1)[0]
+        + "</available_functions>"
+    )
+    named = [f.get("name") for f in listed.iter("function")]
+    in_system = listed.findtext("described_in_system_context") or ""
+    named += [n.strip() for n in in_system.split(",") if n.strip()]
+    client_tools = [t["name"] for t in CLINE["body"]["tools"] if "type" not in t]
+    assert sorted(named) == sorted(client_tools) and len(client_tools) == 25
+    for f in listed.iter("function"):  # 25 > the list threshold: a signature each
+        assert (f.findtext("signature") or "").startswith(f.get("name") + "(")
+    stack.assert_keys()
+
+
+async def test_cline_forcing_the_server_tool_is_refused_before_any_cli(stack: Stack) -> None:
+    body = cline_request(CLAUDE)
+    body["tool_choice"] = {"type": "tool", "name": "web_search"}
+    headers = {**cline_headers(), "x-api-key": GATEWAY_KEY}
+    async with (
+        aiohttp.ClientSession() as s,
+        s.post(stack.root_url + "/v1/messages", json=body, headers=headers) as r,
+    ):
+        status, text = r.status, await r.text()
+    assert status == 400
+    err = json.loads(text)
+    assert err["type"] == "error" and err["error"]["type"] == "invalid_request_error"
+    assert "web_search_20250305" in err["error"]["message"]
+    assert stack.api.requests == []  # no CLI ran: none reached the model API

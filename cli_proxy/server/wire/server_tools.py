@@ -5,7 +5,7 @@ the Responses API's ``web_search*``, ``file_search``, ``code_interpreter``; Goog
 ``googleSearch``, ``codeExecution``, ``urlContext``, ...) is one the API provider runs for the
 model. The gateway runs each CLI sealed, with its own tools off, so nothing would run it.
 Coding agents declare such tools by default beside their own (Cline: ``web_search_20250305``
-beside 26 client tools), so refusing the request breaks the agent outright. Instead the tool
+beside its 25 client tools), so refusing the request breaks the agent outright. Instead the tool
 is left out of what the model sees, the call goes on with the client's own tools, and the
 response names what was left out (``x-cli-proxy-dropped-tools``, and the request log). Only a
 request that forces such a tool (a ``tool_choice`` naming it) is refused: no answer could
