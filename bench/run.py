@@ -84,6 +84,9 @@ def free_port() -> int:
 def start_gateway(extra: list[str] | None = None) -> tuple[subprocess.Popen[bytes], str]:
     port = free_port()
     env = {k: v for k, v in os.environ.items() if not k.startswith("CLI_PROXY_")}
+    # the fake claude needs no login, but alias choice skips a backend with none (doctor's
+    # check, docs/keys.md): a key variable it never sends anywhere
+    env.setdefault("ANTHROPIC_API_KEY", "sk-bench-fake-login")
     cmd = [
         sys.executable,
         "-m",

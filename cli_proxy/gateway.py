@@ -14,6 +14,7 @@ import math
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Protocol
 
 from cli_proxy.backends.base import Backend, LaunchOptions, StreamParser
@@ -33,11 +34,11 @@ from cli_proxy.plan.spec import CallInput, LaunchSpec, Plan, ResponseIds
 from cli_proxy.protocol import ChatCompletionRequest, NamedToolChoice
 from cli_proxy.run.call import Call, LineSink
 from cli_proxy.run.containment import Launcher, make_launcher
-from cli_proxy.run.governor import Governor
+from cli_proxy.run.governor import Governor, LoginFact, no_login_check
 from cli_proxy.run.keys import KeyRing, KeysFileError, load_keys
 from cli_proxy.run.limits import CallBudget
 from cli_proxy.run.limits import from_settings as limits_from_settings
-from cli_proxy.run.logins import Login, LoginGate
+from cli_proxy.run.logins import Login, LoginGate, file_key
 from cli_proxy.run.pool import PoolSettings, WarmPool
 from cli_proxy.run.supervisor import Supervisor
 from cli_proxy.run.usage import UsageStore, default_state_dir
@@ -120,6 +121,20 @@ class LiveBackends:
         backend = self.backends.get(spec.backend)
         return backend.login(user_home(), spec.environ) if backend is not None else None
 
+    def login_fact(self, name: str) -> LoginFact:
+        """What doctor would say of the backend ``name``'s login, from the environment its
+        CLI gets (an option's token included) and its login files; the version names the
+        files' (inode, mtime, size) and the variables set, never a value."""
+        backend = self.backends.get(name)
+        if backend is None:
+            return LoginFact(None)
+        cls, home = type(backend), Path(user_home())
+        env = backend.env(os.environ)
+        state = cls.login_state(env, home, frozenset())
+        files = tuple(file_key(p) for p in cls.login_paths(env, home))
+        variables = tuple(v for v in cls.login_vars if env.get(v))
+        return LoginFact(state.present, state.detail, (state.present, files, variables))
+
 
 def key_ring(settings: Settings) -> KeyRing:
     """The keys the gateway accepts: the keys file's (if any) and ``api_keys`` as one unnamed
@@ -168,7 +183,12 @@ class Gateway:
         store = None
         if s.keys_file is not None:
             store = UsageStore(s.state_dir or default_state_dir())
-        self.governor = Governor(key_ring(s), store)
+        live_source = self.source if isinstance(self.source, LiveBackends) else None
+        self.governor = Governor(
+            key_ring(s),
+            store,
+            login_check=live_source.login_fact if live_source else no_login_check,
+        )
         bounds, limits = limits_from_settings(s)
         self.supervisor = Supervisor(bounds, s.max_queue, limits)
         live = self.source if isinstance(self.source, LiveBackends) else None

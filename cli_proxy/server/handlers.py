@@ -182,6 +182,8 @@ def input_estimate(req: ChatCompletionRequest) -> int:
 
 
 LIMIT_FAILURES = (FailureKind.RATE_LIMITED,)  # a usage or rate limit the backend reported
+LOGIN_FAILURES = (FailureKind.AUTH, FailureKind.LOGIN_EXPIRED)  # its login refused or gone
+FALL_THROUGH = LIMIT_FAILURES + LOGIN_FAILURES  # an alias tries its next target on these
 
 
 async def _governed(
@@ -231,7 +233,7 @@ async def _governed(
             if exc.kind in LIMIT_FAILURES and backend:
                 gov.cool(backend, exc.retry_after_s)  # steers alias choice only
             left = [t for t in targets if t != target and t not in tried]
-            if aliased and exc.kind in LIMIT_FAILURES and left and not request.get(HEAD_SENT):
+            if aliased and exc.kind in FALL_THROUGH and left and not request.get(HEAD_SENT):
                 tried.append(target)  # fell through: not the key's error
                 if slot is not None:
                     slot.drop()
@@ -343,7 +345,13 @@ async def run_logged(request: web.Request, inbound: Inbound, fmt: WireFormat) ->
         _log_done(logger, fmt.log_event, record, call)
         metrics.observe(record)
         metrics.rate_limited(record.backend, call.outcome.rate_limits)
-        gw.governor.report(record.backend, call.outcome.rate_limits)  # the keys' limits
+        gov = gw.governor
+        gov.report(record.backend, call.outcome.rate_limits)  # the keys' limits
+        failure = call.outcome.failure
+        if failure in LOGIN_FAILURES:  # alias choice skips it until it answers again
+            gov.login_refused(record.backend, code or str(failure))
+        elif failure is None and status == 200:
+            gov.login_worked(record.backend)
 
 
 def call_record(api: str, call: Call, status: int, code: str, duration: float) -> CallRecord:

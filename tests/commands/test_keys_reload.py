@@ -68,9 +68,9 @@ class Gateway:
 
 
 @contextlib.asynccontextmanager
-async def gateway(keys: Path, state: Path) -> AsyncIterator[tuple[Gateway, str]]:
+async def gateway(keys: Path, state: Path, *extra: str) -> AsyncIterator[tuple[Gateway, str]]:
     proc = await asyncio.create_subprocess_exec(
-        *cmd(keys, state), stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env()
+        *cmd(keys, state), *extra, stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=env()
     )
     gw = Gateway(proc)
     try:
@@ -148,3 +148,53 @@ def test_a_broken_keys_file_or_state_dir_refuses_to_start(tmp_path: Path, broken
     assert done.returncode == 2
     assert want in done.stderr, done.stderr
     assert "Traceback" not in done.stderr and "ok-1" not in done.stderr
+
+
+async def test_max_concurrent_holds_across_two_gateway_workers(tmp_path: Path) -> None:
+    """Two gateway processes on one host sharing the keys file and the state dir: a key's
+    max_concurrent counts both workers' calls (leases in the usage store); a caller over it
+    waits its queue time (let in when the other worker's call ends), then 429; a worker
+    killed mid-call frees its lease."""
+    import sqlite3
+
+    keys = tmp_path / "keys.toml"
+    keys.write_text(f'[keys.old]\nsecret = "{OLD}"\nmax_concurrent = 1\n')
+    state, model = tmp_path / "state", "claude-sonnet-4-6"
+    hi = [{"role": "user", "content": "hi"}]
+    slow = [{"role": "user", "content": fake(answer="slow", hang=2.5)}]
+
+    async def leased() -> None:  # the slow call holds the key's one lease (no fixed sleep)
+        async with asyncio.timeout(20):
+            while True:
+                with contextlib.closing(sqlite3.connect(state / "usage.sqlite3")) as db:
+                    if db.execute("SELECT COUNT(*) FROM inflight").fetchone()[0]:
+                        return
+                await asyncio.sleep(0.05)
+
+    async with (
+        gateway(keys, state, "--queue-timeout", "1") as (a, url_a),
+        gateway(keys, state, "--queue-timeout", "15") as (_b, url_b),
+    ):
+        on_a, on_b = client(url_a, OLD), client(url_b, OLD)
+        # B's call holds the key: A's caller waits its 1 s, then 429
+        held = asyncio.create_task(on_b.chat.completions.create(model=model, messages=slow))
+        await leased()
+        with pytest.raises(openai.RateLimitError) as err:
+            await on_a.chat.completions.create(model=model, messages=hi)
+        assert err.value.code == "key_concurrency_limit"
+        assert (await held).choices[0].message.content == "slow"
+        # A's call holds it: B's caller waits and is let in once A's call ends
+        held = asyncio.create_task(on_a.chat.completions.create(model=model, messages=slow))
+        await leased()
+        waited = await on_b.chat.completions.create(model=model, messages=hi)
+        assert held.done() and waited.choices[0].message.content == "ok"
+        # A dies mid-call (SIGKILL: nothing of it runs to end its lease); B's next call
+        # finds the lease of a pid that is gone, drops it and goes on
+        dying = asyncio.create_task(on_a.chat.completions.create(model=model, messages=slow))
+        await leased()
+        a.proc.kill()
+        await a.proc.wait()
+        with contextlib.suppress(openai.APIError):
+            await dying
+        again = await on_b.chat.completions.create(model=model, messages=hi)
+        assert again.choices[0].message.content == "ok"

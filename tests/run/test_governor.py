@@ -9,7 +9,7 @@ import pytest
 
 from cli_proxy.failures import NotAllowed, OverLimit
 from cli_proxy.read.events import RateLimit
-from cli_proxy.run.governor import Governor, estimate_tokens
+from cli_proxy.run.governor import Governor, LoginFact, estimate_tokens
 from cli_proxy.run.keys import parse_keys
 from cli_proxy.run.usage import UsageStore
 
@@ -161,3 +161,53 @@ def test_estimate() -> None:
     assert estimate_tokens(100) == 1124
     assert estimate_tokens(100, 50) == 150
     assert estimate_tokens(0, 0) == 1
+
+
+def test_alias_choice_skips_a_backend_not_logged_in(tmp_path: Path) -> None:
+    """Fallback picks a target only if its backend is logged in: no credential at all (and
+    no call of it answered yet), or a login its last call found refused (until a call of it
+    answers or its login files change)."""
+    facts = {"claude": LoginFact(False, "none: run `claude`", 1), "gemini": LoginFact(True)}
+    gov = Governor(parse_keys(KEYS), UsageStore(tmp_path), login_check=lambda b: facts[b])
+    _, me = keys(gov)
+    targets = ("claude-sonnet-4-6", "gemini-2.5-flash")
+    assert gov.login_block("claude") == "no login (none: run `claude`)"
+    assert gov.choose(me, targets, BACKENDS.get) == ("gemini-2.5-flash", "gemini")
+    gov.login_worked("claude")  # a direct call answered: its login serves after all
+    assert gov.choose(me, targets, BACKENDS.get) == ("claude-sonnet-4-6", "claude")
+    gov.login_refused("claude", "cli_auth_failed")
+    assert gov.login_block("claude") == "its login was refused (cli_auth_failed)"
+    assert gov.choose(me, targets, BACKENDS.get)[1] == "gemini"
+    gov.login_refused("gemini", "login_expired")
+    with pytest.raises(OverLimit) as err:
+        gov.choose(me, targets, BACKENDS.get)
+    assert err.value.code == "no_model_available" and "not logged in" in err.value.message
+    # a re-login changes the login's files (its version): the refusal is forgotten
+    facts["claude"] = LoginFact(True, "~/.claude/.credentials.json", 2)
+    gov._logins.clear()  # the files are looked at every LOGIN_CHECK_S; not wait for it here
+    assert gov.choose(me, targets, BACKENDS.get)[1] == "claude"
+    # a direct call is never refused for its login: check_window does not look at it
+    gov.check_window(me, "gemini-2.5-flash", "gemini")
+
+
+async def test_max_concurrent_holds_across_workers_sharing_a_state_dir(tmp_path: Path) -> None:
+    """Two governors (two workers) on one state dir: one key's max_concurrent is the host's.
+    A caller waiting on one worker is let in when the other worker's call ends (it looks
+    again every LEASE_POLL_S), and still gets 429 after its wait."""
+    a = Governor(parse_keys(KEYS), UsageStore(tmp_path))
+    b = Governor(parse_keys(KEYS), UsageStore(tmp_path))
+    ci_a, ci_b = a.ring.keys[0], b.ring.keys[0]
+    first = await a.admit(ci_a, 10, 0)
+    assert first is not None and a.running("ci") == b.running("ci") == 1
+    with pytest.raises(OverLimit) as err:
+        await b.admit(ci_b, 10, 0.1)
+    assert err.value.code == "key_concurrency_limit"
+    waiter = asyncio.create_task(b.admit(ci_b, 10, 5.0))
+    await asyncio.sleep(0.15)
+    assert not waiter.done()
+    first.finish("claude-sonnet-4-6", input_tokens=3, output_tokens=4)
+    second = await asyncio.wait_for(waiter, 2)
+    assert second is not None and a.running("ci") == 1
+    assert a.status()[0]["running"] == 1  # /status: the host's count
+    second.drop()
+    assert b.running("ci") == 0

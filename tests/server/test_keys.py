@@ -42,6 +42,14 @@ try = ["claude-sonnet-4-6", "gemini-2.5-flash"]
 CLAUDE, GEMINI = "claude-sonnet-4-6", "gemini-2.5-flash"
 
 
+@pytest.fixture(autouse=True)
+def logged_in(monkeypatch: pytest.MonkeyPatch) -> None:
+    """The fake CLIs need no login, but alias choice skips a backend with none (doctor's
+    check): each backend here has one, a key variable the fakes never send anywhere."""
+    for var in ("ANTHROPIC_API_KEY", "GEMINI_API_KEY"):
+        monkeypatch.setenv(var, "sk-fake-login")
+
+
 def user(text: str) -> list[dict[str, Any]]:
     return [{"role": "user", "content": text}]
 
@@ -292,6 +300,41 @@ async def test_alias_falls_back_on_a_usage_limit_error_before_the_first_byte(
     day = usage["last_24h"]
     assert day["errors"] == 0  # the fall-through attempts are not the key's errors
     assert day["by_model"][GEMINI]["requests"] == 2 and day["by_model"][CLAUDE]["requests"] == 1
+
+
+async def test_alias_skips_a_backend_whose_login_is_missing_or_refused(
+    keyed: Served, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Fallback picks a target only if its backend is logged in; a direct call still goes
+    through and gets the backend's own answer (docs/keys.md, How fallback chooses)."""
+    gov, me = keyed.gateway.governor, oai(keyed, ME)
+    refused = {"is_error": True, "api_error_status": 401, "error_message": "Invalid API key"}
+    script = fake(per_cli={"claude": refused, "gemini": {"answer": "from gemini"}})
+    # claude's login refused before the first byte: the alias tries gemini, no error filed
+    r = await me.chat.completions.with_raw_response.create(model="smart", messages=user(script))
+    assert r.headers["x-cli-proxy-model"] == GEMINI
+    assert r.parse().choices[0].message.content == "from gemini"
+    assert gov.login_block("claude") == "its login was refused (cli_auth_failed)"
+    r = await me.chat.completions.with_raw_response.create(model="smart", messages=user("hi"))
+    assert r.headers["x-cli-proxy-model"] == GEMINI  # skipped without trying it
+    # a direct call goes through and gets the backend's own answer: here it serves again
+    assert (await me.chat.completions.create(model=CLAUDE, messages=user("hi"))).choices
+    r = await me.chat.completions.with_raw_response.create(model="smart", messages=user("hi"))
+    assert r.headers["x-cli-proxy-model"] == CLAUDE
+    # no credential at all (doctor says "no login"), and no call of it answered here
+    monkeypatch.delenv("GEMINI_API_KEY")
+    monkeypatch.setenv("HOME", str(keyed.gateway.settings.state_dir))  # no ~/.gemini there
+    gov._logins.clear()
+    gov.answered.discard("gemini")
+    assert (gov.login_block("gemini") or "").startswith("no login")
+    with pytest.raises(openai.InternalServerError) as err:  # the direct call: claude's answer
+        await me.chat.completions.create(model=CLAUDE, messages=user(fake(**refused)))
+    assert err.value.code == "cli_auth_failed"
+    with pytest.raises(openai.RateLimitError) as limited:  # claude refused, gemini no login
+        await me.chat.completions.create(model="smart", messages=user("hi"))
+    assert limited.value.code == "no_model_available"
+    usage = await usage_of(keyed, ME)
+    assert usage["last_24h"]["by_model"][GEMINI]["errors"] == 0  # fall-throughs not errors
 
 
 async def test_nothing_can_answer_an_alias(keyed: Served) -> None:

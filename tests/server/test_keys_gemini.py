@@ -19,6 +19,7 @@ from tests.server.test_generate_content import (
 )
 from tests.server.test_generate_content import user as gemini_user
 from tests.server.test_keys import CI, CLAUDE, GEMINI, KEYS, ME, TINY, raw, usage_of, window
+from tests.server.test_keys import logged_in as logged_in  # autouse: each backend logged in
 
 VERSIONS = ["v1beta", "v1"]
 
