@@ -64,7 +64,7 @@ TEST_WORKERS ?= -n 2 --dist worksteal
 test:
 	@$(MAKE) --no-print-directory -j 2 $(STAMP) test-tools
 	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin \
-		CLI_PROXY_GENAI_PYTHON=$(CURDIR)/$(GENAI_VENV)/bin/python \
+		CLI_PROXY_GENAI_PYTHON=$(abspath $(GENAI_VENV))/bin/python \
 		$(VENV)/bin/pytest -q -p no:cacheprovider $(TEST_WORKERS)
 
 # One after another: apt-get takes one lock.
@@ -74,7 +74,7 @@ test-tools:
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
 	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/commands/test_deploy.py) will skip"
 	@$(MAKE) --no-print-directory browser || echo "note: chromium not installed; the status page's browser test (tests/server/status/test_page_browser.py) will skip"
-	@$(MAKE) --no-print-directory genai-latest || echo "note: google-genai $(GENAI_VERSION) not installed; the newest-SDK tests (tests/server/test_generate_content_latest.py) will skip"
+	@$(MAKE) --no-print-directory genai-latest || echo "note: google-genai $(GENAI_VERSION) not installed; the newest-SDK tests (tests/server/test_generate_content_latest.py, tests/realcli/test_real_cli_genai_latest.py) will skip"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cli_proxy tests bench scripts
@@ -151,7 +151,8 @@ genai-latest: $(GENAI_STAMP)
 $(GENAI_STAMP):
 	test -n "$(GENAI_VERSION)"
 	test -x $(GENAI_VENV)/bin/python || $(PYTHON) -m venv $(GENAI_VENV)
-	$(GENAI_VENV)/bin/python -m pip install --quiet --no-compile 'google-genai==$(GENAI_VERSION)'
+	$(GENAI_VENV)/bin/python -m pip install --quiet --no-compile 'google-genai==$(GENAI_VERSION)' \
+		|| { rm -rf $(GENAI_VENV); exit 1; }
 	rm -f $(GENAI_VENV)/.google-genai-*
 	touch $@
 

@@ -4,7 +4,7 @@ google-adk (a dev dependency) holds the project venv's google-genai below 3, so 
 release lives in ``.venv-genai-latest`` (``make genai-latest``) and this script runs there as a
 subprocess: only the SDK and the standard library, nothing of the project. The tests that run
 it (tests/server/test_generate_content_latest.py on every backend's fake CLI, and
-tests/realcli/test_real_cli_generate_content.py on real CLIs) build the plan, so the script
+tests/realcli/test_real_cli_genai_latest.py on real CLIs) build the plan, so the script
 knows nothing of backends or fakes.
 
 stdin, one JSON object::
@@ -20,7 +20,8 @@ unknown model, 400 ``candidate_count=2``). Only the cases given run.
 
 stdout, one JSON object: each case's facts (or ``{"failed": "<exception>"}``), and ``meta``:
 the SDK's version, the URL paths it called, every warning it logged, how many bodies the
-strict hook checked and its self-test, each case's seconds. The SDK's defaults are kept (``api_version`` ``v1``), nothing is retried.
+strict hook checked and its self-test, each case's seconds. The SDK's defaults are kept
+(``api_version`` ``v1``; no retries).
 
 Strict: google-genai drops what it does not know from a response, for forward compatibility
 (its response converters copy the known keys only). Here every response body and stream
