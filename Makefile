@@ -18,8 +18,18 @@ CODEX_VERSION  := $(shell npm view $(CODEX_NPM) version 2>/dev/null || echo late
 COPILOT_VERSION := $(shell npm view $(COPILOT_NPM) version 2>/dev/null || echo latest)
 endif
 CLI_DIR        ?= .cli/claude-$(CLAUDE_VERSION)_gemini-$(GEMINI_VERSION)_codex-$(CODEX_VERSION)_copilot-$(COPILOT_VERSION)
+# google-genai's newest line in a small venv of its own: google-adk (a dev dependency) holds the
+# main venv's google-genai below 3 (docs/gemini-api.md). Pinned to the newest release when last
+# bumped; `make test GENAI=latest` takes PyPI's newest (as CLIS=latest does for the CLIs).
+GENAI          ?= pinned
+GENAI_VERSION  ?= 3.6.1
+ifeq ($(GENAI),latest)
+GENAI_VERSION  := $(shell $(PYTHON) -m pip index versions google-genai 2>/dev/null | sed -n 's/^google-genai (\(.*\))$$/\1/p')
+endif
+GENAI_VENV     ?= .venv-genai-latest
+GENAI_STAMP    := $(GENAI_VENV)/.google-genai-$(GENAI_VERSION)
 
-.PHONY: help venv run test test-tools test-real lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer browser status-png wheel clean
+.PHONY: help venv run test test-tools test-real genai-latest lint check bench fixtures example-fixtures real-clis sandbox prometheus balancer browser status-png wheel clean
 
 help:
 	@echo "make run       start the gateway on $(HOST):$(PORT) (replays fixtures/ when no CLI is on PATH)"
@@ -53,7 +63,9 @@ TEST_WORKERS ?= -n 2 --dist worksteal
 # side. Without npm or the registry the real-CLI tests skip, the rest still run.
 test:
 	@$(MAKE) --no-print-directory -j 2 $(STAMP) test-tools
-	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin $(VENV)/bin/pytest -q -p no:cacheprovider $(TEST_WORKERS)
+	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin \
+		CLI_PROXY_GENAI_PYTHON=$(abspath $(GENAI_VENV))/bin/python \
+		$(VENV)/bin/pytest -q -p no:cacheprovider $(TEST_WORKERS)
 
 # One after another: apt-get takes one lock.
 test-tools:
@@ -62,6 +74,7 @@ test-tools:
 	@$(MAKE) --no-print-directory prometheus || echo "note: prometheus not installed; the real-Prometheus scrape test will skip"
 	@$(MAKE) --no-print-directory balancer || echo "note: haproxy not installed; the load-balancer tests (tests/commands/test_deploy.py) will skip"
 	@$(MAKE) --no-print-directory browser || echo "note: chromium not installed; the status page's browser test (tests/server/status/test_page_browser.py) will skip"
+	@$(MAKE) --no-print-directory genai-latest || echo "note: google-genai $(GENAI_VERSION) not installed; the newest-SDK tests (tests/server/test_generate_content_latest.py, tests/realcli/test_real_cli_genai_latest.py) will skip"
 
 lint: $(STAMP)
 	$(VENV)/bin/ruff check cli_proxy tests bench scripts
@@ -131,6 +144,18 @@ browser:
 wheel: $(STAMP)
 	$(PY) -m pip wheel --no-deps -q -w dist .
 
+# The google-genai release the newest-SDK tests run (tests/clients/genai_latest.py, a subprocess
+# of this venv's python): the SDK and its own dependencies, nothing of the project.
+genai-latest: $(GENAI_STAMP)
+
+$(GENAI_STAMP):
+	test -n "$(GENAI_VERSION)"
+	test -x $(GENAI_VENV)/bin/python || $(PYTHON) -m venv $(GENAI_VENV)
+	$(GENAI_VENV)/bin/python -m pip install --quiet --no-compile 'google-genai==$(GENAI_VERSION)' \
+		|| { rm -rf $(GENAI_VENV); exit 1; }
+	rm -f $(GENAI_VENV)/.google-genai-*
+	touch $@
+
 $(CLI_DIR)/node_modules/.bin/claude:
 	command -v npm >/dev/null
 	npm install --silent --no-audit --no-fund --prefix $(CLI_DIR) \
@@ -148,4 +173,4 @@ example-fixtures: $(STAMP) real-clis
 	$(PY) scripts/record_example.py --cli-dir $(CLI_DIR)/node_modules/.bin --mode all
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
+	rm -rf $(VENV) $(GENAI_VENV) build dist *.egg-info .pytest_cache .mypy_cache .ruff_cache
