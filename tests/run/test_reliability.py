@@ -302,7 +302,8 @@ async def gateway_process(
     assert proc.stderr is not None
     try:
         url = None
-        async with asyncio.timeout(20):
+        # only a bound on a hang: at load 8 a start with bwrap took over 20 s (a full-suite run)
+        async with asyncio.timeout(90):
             while url is None:
                 line = await proc.stderr.readline()
                 assert line, "the gateway exited before listening"
