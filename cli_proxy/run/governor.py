@@ -311,7 +311,7 @@ class Governor:
                 slot.concurrent = True
             return slot
         deadline = time.monotonic() + wait_s
-        running = self._running.setdefault(key.name, _Running())
+        running = self._running.get(key.name) or self._running.setdefault(key.name, _Running())
         while True:
             running.changed.clear()
             seen = self.store.admit(key.name, key.tokens_per_day, estimate, key.max_concurrent)

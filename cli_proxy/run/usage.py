@@ -53,13 +53,21 @@ CREATE TABLE IF NOT EXISTS totals (
     output_tokens INTEGER NOT NULL DEFAULT 0,
     PRIMARY KEY (key, model));
 CREATE TABLE IF NOT EXISTS inflight (
-    id INTEGER PRIMARY KEY AUTOINCREMENT, key TEXT NOT NULL, at REAL NOT NULL,
+    id INTEGER PRIMARY KEY, key TEXT NOT NULL, at REAL NOT NULL,
     tokens INTEGER NOT NULL, pid INTEGER NOT NULL);
 CREATE TABLE IF NOT EXISTS rolling (
     key TEXT PRIMARY KEY, tokens INTEGER NOT NULL, horizon REAL NOT NULL);
 """
 _BORN = "ALTER TABLE inflight ADD COLUMN born REAL NOT NULL DEFAULT 0"  # stores before leases
 _DAY_SUM = "SELECT COALESCE(SUM(input_tokens + output_tokens), 0) FROM calls WHERE key = ?"
+_INFLIGHT = "SELECT COALESCE(SUM(tokens), 0), COUNT(*) FROM inflight WHERE key = ?1"
+# admission's one read (``UsageStore._seen``): the key's running sum, the tokens of its rows
+# that dropped out since its horizon (?2: 24 h ago), and its leases (tokens, how many)
+_LOOK = (
+    "SELECT r.tokens, (SELECT COALESCE(SUM(c.input_tokens + c.output_tokens), 0) FROM calls c "
+    "WHERE c.key = ?1 AND c.at > r.horizon AND c.at <= ?2), i.* FROM rolling r, "
+    f"({_INFLIGHT}) i WHERE r.key = ?1"
+)
 
 
 def _born(pid: int) -> float:
@@ -186,27 +194,26 @@ class UsageStore:
 
     # ---------------------------------------------------------------- budget
 
-    def _used(self, key: str, now: float) -> int:
-        """The key's tokens of the rolling 24 h, from its running sum (``rolling``): only the
-        rows that dropped out since the last look are read. In a write transaction."""
+    def _seen(self, key: str, now: float) -> tuple[int, int, int]:
+        """The key's tokens of the rolling 24 h (its running sum, ``rolling``), the tokens of
+        its calls in flight and how many they are: one read. The running sum moves past the
+        rows that dropped out since the last look (usually none: then nothing is written,
+        and its horizon stays where it was, which keeps the sum exact). In a write
+        transaction."""
         cut = now - DAY_S
-        row = self._db.execute(
-            "SELECT tokens, horizon FROM rolling WHERE key = ?", (key,)
-        ).fetchone()
+        row = self._db.execute(_LOOK, (key, cut)).fetchone()
         if row is None:  # the key's first admission here: one sum of its rows
             (used,) = self._db.execute(_DAY_SUM + " AND at > ?", (key, cut)).fetchone()
             self._db.execute("INSERT INTO rolling VALUES (?, ?, ?)", (key, used, cut))
-            return int(used)
-        used, horizon = row
-        if horizon < cut:
-            (gone,) = self._db.execute(
-                _DAY_SUM + " AND at > ? AND at <= ?", (key, horizon, cut)
-            ).fetchone()
+            inflight, running = self._db.execute(_INFLIGHT, (key,)).fetchone()
+            return int(used), int(inflight), int(running)
+        used, gone, inflight, running = row
+        if gone:
             used -= gone
             self._db.execute(
                 "UPDATE rolling SET tokens = ?, horizon = ? WHERE key = ?", (used, cut, key)
             )
-        return int(used)
+        return int(used), int(inflight), int(running)
 
     def budget(self, key: str, limit: int) -> Budget:
         """The key's rolling-24 h tokens now, and when a call may start if it may not."""
@@ -214,10 +221,10 @@ class UsageStore:
             with self._write():
                 return self.budget(key, limit)
         now = self._clock()
-        used = self._used(key, now)
-        (inflight,) = self._db.execute(
-            "SELECT COALESCE(SUM(tokens), 0) FROM inflight WHERE key = ?", (key,)
-        ).fetchone()
+        used, inflight, _ = self._seen(key, now)
+        return self._budget(key, limit, used, inflight, now)
+
+    def _budget(self, key: str, limit: int, used: int, inflight: int, now: float) -> Budget:
         if used + inflight < limit:
             return Budget(used, inflight, None)
         rows = self._db.execute(  # over: when do enough of them drop out? (rare)
@@ -264,16 +271,17 @@ class UsageStore:
         workers racing for the last of a budget or of a key's concurrency see each other's
         leases."""
         with self._write():
-            budget = None if limit is None else self.budget(key, limit)
+            now = self._clock()
+            used, inflight, running = self._seen(key, now)
+            budget = None if limit is None else self._budget(key, limit, used, inflight, now)
             if budget is not None and budget.retry_after_s is not None:
                 return Admission(budget, 0, None)
-            running = 0
-            if max_running is not None:
+            if max_running is None:
+                running = 0
+            elif running >= max_running and self._drop_dead(key):  # a dead worker's?
                 running = self.running(key)
-                if running >= max_running and self._drop_dead(key):  # a dead worker's?
-                    running = self.running(key)
-                if running >= max_running:
-                    return Admission(budget, running, None)
+            if max_running is not None and running >= max_running:
+                return Admission(budget, running, None)
             return Admission(budget, running, self._lease(key, tokens))
 
     # ---------------------------------------------------------------- record
