@@ -150,7 +150,15 @@ def point_clis_at(api: FakeModelAPI, home: Path, monkeypatch: pytest.MonkeyPatch
 
 
 @pytest.fixture
-async def real(serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Any:
+async def real(
+    request: pytest.FixtureRequest,
+    serve: ServeFactory,
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> Any:
+    """The gateway on the real claude and gemini. Without warm spares unless a test asks
+    (``indirect`` ``{"warm_pool": True}``): a spare started after a test's last call is a
+    whole CLI start (1-4 s of CPU) that nobody takes."""
     assert CLI_DIR is not None
     api = await start_fake_model_api()
     point_clis_at(api, tmp_path / "home", monkeypatch)
@@ -161,6 +169,7 @@ async def real(serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.MonkeyPa
         idle_timeout_s=30,
         kill_grace_s=1,
         max_concurrency=4,
+        warm_pool=getattr(request, "param", {}).get("warm_pool", False),
     )
     served = await serve(Gateway(settings, live_backends(settings)))
     try:
@@ -285,6 +294,7 @@ async def test_claude_cache_breakpoint_on_the_last_turn(real: RealCLIs) -> None:
     assert ours[-1]["text"].startswith("</conversation_history>")
 
 
+@pytest.mark.parametrize("real", [{"warm_pool": True}], indirect=True)
 @pytest.mark.parametrize("model", MODELS)
 async def test_warm_call_answers(real: RealCLIs, model: str) -> None:
     """A pre-started real CLI (claude waiting on stream-json input; gemini with its ACP session

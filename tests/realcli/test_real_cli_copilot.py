@@ -110,7 +110,9 @@ async def copilot(
         idle_timeout_s=90,
         kill_grace_s=1,
         max_concurrency=4,
-        **getattr(request, "param", {}),  # a test's own settings (indirect parametrization)
+        # a test's own settings (indirect parametrization); no spares unless a test asks:
+        # one started after a test's last call is a whole CLI start that nobody takes
+        **{"warm_pool": False, **getattr(request, "param", {})},
     )
     served = await serve(Gateway(settings, live_backends(settings)))
     try:
@@ -210,7 +212,7 @@ async def test_an_image_reaches_the_model_after_the_text(copilot: Copilot) -> No
 
 # pdeathsig: the work dir on the host, below the ancestor repository (bwrap's is a fixed path
 # in a private /tmp, which no ancestor file can reach)
-@pytest.mark.parametrize("copilot", [{"warm_pool": False, "launcher": "pdeathsig"}], indirect=True)
+@pytest.mark.parametrize("copilot", [{"launcher": "pdeathsig"}], indirect=True)
 async def test_the_seal(copilot: Copilot) -> None:
     r = await copilot.client.chat.completions.create(
         model=MODEL, messages=user("PROMPT_MARK_3e1 hi" + fake(answer="sealed"))
@@ -259,6 +261,7 @@ async def first_content_s(copilot: Copilot, text: str) -> float:
     return first
 
 
+@pytest.mark.parametrize("copilot", [{"warm_pool": True}], indirect=True)
 async def test_a_warm_second_call(copilot: Copilot) -> None:
     pool = copilot.served.gateway.pool
     assert pool is not None

@@ -40,6 +40,7 @@ async def thinker(serve: ServeFactory, tmp_path: Path, monkeypatch: pytest.Monke
         idle_timeout_s=45,
         kill_grace_s=1,
         reasoning_output=True,
+        warm_pool=False,  # a spare after the last call is a CLI start nobody takes
     )  # type: ignore[call-arg]
     served = await serve(Gateway(settings, LiveBackends.from_settings(settings, ["claude"])))
     strict = AsyncOpenAI(
@@ -106,7 +107,9 @@ async def test_without_the_setting_the_thought_stays_out(
     assert CLI_DIR is not None
     api = await start_fake_model_api()
     point_clis_at(api, tmp_path / "home", monkeypatch)
-    settings = Settings(claude_bin=str(CLI_DIR / "claude"), timeout_s=60, kill_grace_s=1)  # type: ignore[call-arg]
+    settings = Settings(
+        claude_bin=str(CLI_DIR / "claude"), timeout_s=60, kill_grace_s=1, warm_pool=False
+    )  # type: ignore[call-arg]
     served = await serve(Gateway(settings, LiveBackends.from_settings(settings, ["claude"])))
     try:
         r = await served.client.chat.completions.create(
@@ -135,6 +138,7 @@ async def real_gateway(
         idle_timeout_s=60,
         kill_grace_s=1,
         reasoning_output=True,
+        warm_pool=False,  # a spare after the last call is a CLI start nobody takes
         launcher="pdeathsig",
         **{backend: options},
     )  # type: ignore[arg-type]
