@@ -170,7 +170,8 @@ async def test_cli_output_while_the_model_thinks(
     target = os.environ.get("CLI_PROXY_CAPTURE_DIR")
     if target:  # the pinned CLIs' capture keeps its name; other versions get their own file
         pins = pinned_clis()
-        pinned = "_".join(f"{n}-{pins[n].version}" for n in ("claude", "gemini", "codex"))
+        names = ("claude", "gemini", "codex", "copilot")  # the Makefile's CLI_DIR order
+        pinned = "_".join(f"{n}-{pins[n].version}" for n in names)
         suffix = "" if capture["versions"] == pinned else f"-{capture['versions']}"
         Path(target, f"thinking-{name}{suffix}.json").write_text(
             json.dumps(capture, indent=1) + "\n"
