@@ -170,3 +170,52 @@ def new_parser(backend: str) -> StreamParser:
         {"model": "m", "messages": [{"role": "user", "content": "hi"}]}
     )
     return backend_class(backend).with_defaults().new_parser(render(req), req)
+
+
+# ------------------------------------------------------------------ the suite's order
+# The slowest tests first (seconds: a quiet clean-clone `make test`, 2026-11-29), each
+# module kept whole so its module-scoped fixtures start once. Order only, never what runs: the
+# two xdist workers (worksteal) otherwise met a minute-long test near the end, one worker
+# busy while the other had nothing left to take (the run's tail). A test not listed keeps
+# its place after these, in collection order.
+SLOW_FIRST: dict[str, float] = {
+    "tests/commands/test_deploy.py::test_rolling_restart_behind_haproxy_loses_no_call": 59,
+    "tests/realcli/test_real_cli_sealed.py::test_calls_leave_no_prompt_under_home": 44,
+    "tests/commands/test_example_project.py::test_the_recording_workflow_with_the_real_clis": 39,
+    "tests/server/test_openapi.py::test_schemathesis_fuzz": 38,
+    "tests/commands/test_wheel.py::test_installed_wheel_serves_fixtures_with_no_cli": 34,
+    "tests/replay/test_fixture_modes.py::test_record_modes_end_to_end": 29,
+    "tests/realcli/test_real_cli_logins.py::test_gemini_expired_login_refreshed_once": 23,
+    "tests/run/test_sealed_processes.py::test_kill9_with_three_calls_in_flight_leaves_nothing": 18,
+    "tests/backends/test_codex_backend.py::test_pytest_plugin_replays_codex": 17,
+    "tests/run/test_reliability.py::test_sigterm_refuses_queued_calls_at_once_while_running_ones_drain": 16,  # noqa: E501
+    "tests/realcli/test_real_cli_thinking.py::test_cli_output_while_the_model_thinks": 16,
+    "tests/replay/test_fixture_anthropic.py::test_anthropic_client_records_and_replays": 16,
+    "tests/server/test_messages_wire.py::test_litellm_anthropic_provider": 15,
+    "tests/server/test_grafana_dashboard.py::test_every_panel_query_returns_data": 14,
+    "tests/replay/test_fixtures.py::test_pytest_plugin_fixture": 13,
+    "tests/realcli/test_real_cli_messages.py::test_claude_code_runs_its_read_tool": 13,
+    "tests/realcli/test_real_cli_reasoning.py::test_thoughts_of_gemini_and_codex_reach_the_client": 11,  # noqa: E501
+    "tests/commands/test_adk_agent.py::test_adk_agent_with_a_screenshot_callback_finishes_a_tool_task": 11,  # noqa: E501
+    "tests/replay/test_fixture_genai.py::test_genai_client_records_and_replays": 11,
+    "tests/read/test_parsers_fuzz.py::test_parser_never_raises": 9,
+    "tests/read/test_cli_output_fuzz.py::test_any_output_gets_an_openai_answer_or_error": 9,
+    "tests/realcli/test_real_cli_genai_latest.py::test_newest_google_genai_on_real_copilot": 9,
+    "tests/run/test_soak.py::test_soak": 9,
+    "tests/commands/test_keys_reload.py::test_max_concurrent_holds_across_two_gateway_workers": 8,
+}
+
+
+def _slowness(item: pytest.Item) -> float:
+    return SLOW_FIRST.get(item.nodeid.split("[")[0], 0.0)
+
+
+@pytest.hookimpl(trylast=True)  # after pytest's own grouping by fixture scope
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Modules by their slowest listed test, descending; in a module, its listed tests first
+    (slowest first), the others in their order. Stable: every worker gets the same list."""
+    modules: dict[str, list[pytest.Item]] = {}
+    for item in items:
+        modules.setdefault(item.nodeid.split("::")[0], []).append(item)
+    ordered = sorted(modules.values(), key=lambda its: -max(map(_slowness, its)))
+    items[:] = [it for its in ordered for it in sorted(its, key=lambda it: -_slowness(it))]

@@ -228,6 +228,7 @@ async def test_a_daily_quota_is_a_429_until_midnight_pacific(
         await api.close()
 
 
+@pytest.mark.parametrize("real", [{"warm_pool": True}], indirect=True)
 async def test_a_spare_is_one_node_process(real: RealCLIs) -> None:  # noqa: F811
     """``GEMINI_CLI_NO_RELAUNCH``: the gemini a call gets is one node process (0.61.0 otherwise
     starts a second one with a larger heap and runs in that, twice the start's CPU). Checked
