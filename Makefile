@@ -55,10 +55,12 @@ run: $(STAMP)
 	@$(VENV)/bin/cli-proxy doctor $(ARGS) || true
 	$(VENV)/bin/cli-proxy serve --host $(HOST) --port $(PORT) $(ARGS)
 
-# Two pytest-xdist workers sharing every test (`worksteal`: an idle worker takes queued tests
-# from the busy one, so one long test at the end does not leave a core idle).
+# Three pytest-xdist workers on this 2-core machine sharing every test (`worksteal`: an idle
+# worker takes queued tests from a busy one, so one long test at the end does not leave a core
+# idle); a third keeps the cores busy while a test waits on a CLI or a timer (CPU idle 13 % of
+# a clean-clone run with two, 3 % with three: docs/performance.md, the test suite's time).
 # TEST_WORKERS= runs the suite in one process.
-TEST_WORKERS ?= -n 2 --dist worksteal
+TEST_WORKERS ?= -n 3 --dist worksteal
 # The venv and the test tools (the real CLIs, ~15 s from npm; Debian packages) install side by
 # side. Without npm or the registry the real-CLI tests skip, the rest still run.
 test:
