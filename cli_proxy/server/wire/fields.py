@@ -1,9 +1,11 @@
 """A request model from JSON, or the 400 that names the offending field as the client
 wrote it (``messages[0].content[1].text``): pydantic's error locations without the union
-member names it inserts. Shared by the wire formats' readers."""
+member names it inserts; and ``TurnParts``, which keeps where each part of a rebuilt turn
+came from so that later 400s can name it too. Shared by the wire formats' readers."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pydantic import BaseModel, ValidationError
@@ -67,3 +69,31 @@ def dotted(loc: list[str]) -> str:
     for part in loc:
         out += f"[{part}]" if part.isdigit() else (f".{part}" if out else part)
     return out
+
+
+@dataclass
+class TurnParts:
+    """The text and image parts of one client turn gathered between its tool results, each
+    with the client's field it came from: ``flush`` appends them as one ``role`` message and
+    records those fields in ``origins`` (``messages[n]``, ``messages[n].content[k]``)."""
+
+    role: str
+    where: str
+    messages: list[dict[str, Any]]
+    origins: dict[str, str]
+    parts: list[dict[str, Any]] = field(default_factory=list)
+    part_origins: list[str] = field(default_factory=list)
+
+    def add(self, part: dict[str, Any], origin: str) -> None:
+        self.parts.append(part)
+        self.part_origins.append(origin)
+
+    def flush(self) -> None:
+        if self.parts:
+            n = len(self.messages)
+            self.origins[f"messages[{n}]"] = self.where
+            for k, origin in enumerate(self.part_origins):
+                self.origins[f"messages[{n}].content[{k}]"] = origin
+            self.messages.append({"role": self.role, "content": list(self.parts)})
+            self.parts.clear()
+            self.part_origins.clear()

@@ -34,7 +34,7 @@ from cli_proxy.server import apidoc
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire import server_tools
 from cli_proxy.server.wire.chat import ModelCard
-from cli_proxy.server.wire.fields import from_validation_error
+from cli_proxy.server.wire.fields import TurnParts, from_validation_error
 
 NAME = "generate_content"
 MODEL_PREFIX = "models/"
@@ -372,23 +372,11 @@ def _user_turn(
 ) -> None:
     """A user turn: functionResponse parts become tool messages, in place (matched to their
     call by ``id``, else by name and order); the rest one turn of text and image parts."""
-    parts: list[dict[str, Any]] = []
-    part_origins: list[str] = []
-
-    def flush() -> None:
-        if parts:
-            n = len(messages)
-            origins[f"messages[{n}]"] = where
-            for k, origin in enumerate(part_origins):
-                origins[f"messages[{n}].content[{k}]"] = origin
-            messages.append({"role": "user", "content": list(parts)})
-            parts.clear()
-            part_origins.clear()
-
+    turn = TurnParts("user", where, messages, origins)
     for j, part in enumerate(content.parts):
         here = f"{where}.parts[{j}]"
         if part.function_response is not None:
-            flush()
+            turn.flush()
             fr = part.function_response
             call_id = _match_call(fr, pending, here)
             origins[f"messages[{len(messages)}]"] = here
@@ -396,17 +384,14 @@ def _user_turn(
         elif part.thought:
             continue
         elif part.text is not None:
-            parts.append({"type": "text", "text": part.text})
-            part_origins.append(here)
+            turn.add({"type": "text", "text": part.text}, here)
         elif part.inline_data is not None:
-            parts.append(_image(part.inline_data, f"{here}.inlineData"))
-            part_origins.append(here)
+            turn.add(_image(part.inline_data, f"{here}.inlineData"), here)
         elif part.file_data is not None:
-            parts.append(_file(part.file_data, f"{here}.fileData"))
-            part_origins.append(here)
+            turn.add(_file(part.file_data, f"{here}.fileData"), here)
         else:
             raise _unsupported_part(part, here)
-    flush()
+    turn.flush()
 
 
 def _match_call(fr: FunctionResponse, pending: list[dict[str, Any]], where: str) -> str:

@@ -32,7 +32,7 @@ from cli_proxy.server import apidoc
 from cli_proxy.server.errors import APIError
 from cli_proxy.server.wire import server_tools
 from cli_proxy.server.wire.chat import ModelCard
-from cli_proxy.server.wire.fields import dotted, from_validation_error
+from cli_proxy.server.wire.fields import TurnParts, dotted, from_validation_error
 from cli_proxy.server.wireformat import under
 
 # ------------------------------------------------------------------ request models
@@ -432,23 +432,11 @@ def _user(
 ) -> None:
     """A user (or system) turn: its tool results become tool messages, in place; the rest
     one turn of text and image parts between them."""
-    parts: list[dict[str, Any]] = []
-    part_origins: list[str] = []
-
-    def flush() -> None:
-        if parts:
-            n = len(messages)
-            origins[f"messages[{n}]"] = where
-            for k, origin in enumerate(part_origins):
-                origins[f"messages[{n}].content[{k}]"] = origin
-            messages.append({"role": role, "content": list(parts)})
-            parts.clear()
-            part_origins.clear()
-
+    turn = TurnParts(role, where, messages, origins)
     for j, block in enumerate(blocks):
         here = f"{where}.content[{j}]"
         if isinstance(block, ToolResultBlock) and role == "user":
-            flush()
+            turn.flush()
             n = len(messages)
             origins[f"messages[{n}]"] = here
             content, sources = _result_content(block, here)
@@ -456,14 +444,12 @@ def _user(
                 origins[f"messages[{n}].content[{k}]"] = origin
             messages.append({"role": "tool", "tool_call_id": block.tool_use_id, "content": content})
         elif isinstance(block, TextBlock):
-            parts.append({"type": "text", "text": block.text})
-            part_origins.append(here)
+            turn.add({"type": "text", "text": block.text}, here)
         elif isinstance(block, ImageBlock) and role == "user":
-            parts.append(_image(block, here))
-            part_origins.append(here)
+            turn.add(_image(block, here), here)
         else:
             raise _refused(block, here, role)
-    flush()
+    turn.flush()
 
 
 def _result_content(
