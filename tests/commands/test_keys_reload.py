@@ -10,7 +10,6 @@ import contextlib
 import json
 import os
 import signal
-import sys
 from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
@@ -18,30 +17,17 @@ from typing import Any
 import openai
 import pytest
 
-from tests.conftest import FAKE_CLI, fake
+from tests.conftest import fake
+from tests.run.test_reliability import _gateway_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "sk-old-1234", "sk-new-5678"
 
 
 def cmd(keys: Path, state: Path) -> list[str]:
-    return [
-        sys.executable,
-        "-m",
-        "cli_proxy",
-        "serve",
-        "--port",
-        "0",
-        "--backends",
-        "claude",
-        "--claude-bin",
-        f"{sys.executable} {FAKE_CLI} claude",
-        "--log-json",
-        "--keys",
-        str(keys),
-        "--state-dir",
-        str(state),
-    ]
+    """``cli-proxy serve`` on the fake claude, as tests/run/test_reliability.py starts it,
+    with a keys file and a state dir."""
+    return _gateway_cmd("--keys", str(keys), "--state-dir", str(state))
 
 
 def env() -> dict[str, str]:
