@@ -63,9 +63,13 @@ run: $(STAMP)
 TEST_WORKERS ?= -n 3 --dist worksteal
 # The venv and the test tools (the real CLIs, ~15 s from npm; Debian packages) install side by
 # side. Without npm or the registry the real-CLI tests skip, the rest still run.
+# PYTHONDONTWRITEBYTECODE= (empty: off): this machine's environment sets it, and the venv is
+# installed --no-compile, so every pytest worker and every Python subprocess compiled each
+# module it imported from source, again: collecting the suite cost 29.9 s of CPU a process
+# without .pyc files, 9.6 s with (docs/performance.md). Here the first import writes them.
 test:
 	@$(MAKE) --no-print-directory -j 2 $(STAMP) test-tools
-	CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin \
+	PYTHONDONTWRITEBYTECODE= CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin \
 		CLI_PROXY_GENAI_PYTHON=$(abspath $(GENAI_VENV))/bin/python \
 		$(VENV)/bin/pytest -q -p no:cacheprovider $(TEST_WORKERS)
 
