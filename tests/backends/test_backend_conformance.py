@@ -9,7 +9,6 @@ cannot land without its captures. Backend-specific parser behaviour follows at t
 from __future__ import annotations
 
 import json
-import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -39,7 +38,7 @@ from cli_proxy.read.events import (
     UsageReport,
 )
 from cli_proxy.server.errors import api_error
-from tests.conftest import CODEX_FAKE_CLI, Served, ServeFactory, fake, new_parser
+from tests.conftest import CODEX_FAKE_CLI, FAKE_PY, Served, ServeFactory, fake, new_parser
 
 REAL = Path(__file__).resolve().parents[1] / "data" / "real-cli"
 
@@ -530,7 +529,7 @@ def test_codex_routing(model: str, backend: str | None) -> None:
 
 
 def _codex(tmp: Path, **options: str) -> CodexBackend:
-    return CodexBackend(CodexOptions(bin=f"{sys.executable} {CODEX_FAKE_CLI}", **options))
+    return CodexBackend(CodexOptions(bin=f"{FAKE_PY} {CODEX_FAKE_CLI}", **options))
 
 
 def test_codex_private_home_holds_only_our_config(
@@ -591,7 +590,7 @@ def test_codex_api_key_is_named_not_written(
     assert home.login == ()
     assert b"sk-secret-key-1234" not in b"".join(dict(home.files).values())
     dropped = CodexBackend(
-        CodexOptions(bin=f"{sys.executable} {CODEX_FAKE_CLI}"),
+        CodexOptions(bin=f"{FAKE_PY} {CODEX_FAKE_CLI}"),
         drop_env=frozenset({"CODEX_API_KEY"}),
     ).private_home(str(tmp_path))
     assert home.login != dropped.login == (("auth.json", str(auth)),)

@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import asyncio
 import json
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,7 +22,7 @@ from cli_proxy.plan.prompt import PromptOptions, render
 from cli_proxy.protocol import ChatCompletionRequest
 from cli_proxy.read.events import CliToolCall
 from cli_proxy.replay.plugin import start_gateway
-from tests.conftest import CODEX_FAKE_CLI, ServeFactory, fake
+from tests.conftest import CODEX_FAKE_CLI, FAKE_PY, ServeFactory, fake
 from tests.server.test_chat import TIME, WEATHER
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -94,7 +93,7 @@ PNG = (
 
 
 async def served_codex(serve: ServeFactory, bin: str | None = None, **settings: Any) -> Any:
-    command = bin or f"{sys.executable} {CODEX_FAKE_CLI} "
+    command = bin or f"{FAKE_PY} {CODEX_FAKE_CLI} "
     return await serve(codex={"bin": command, **settings}, idle_timeout_s=5)
 
 

@@ -5,7 +5,6 @@ nothing in cli_proxy/: it is served, limited, doctored and documented in /openap
 from __future__ import annotations
 
 import os
-import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -15,7 +14,7 @@ import pytest
 from cli_proxy.backends.registry import register, resident_mib, unregister
 from cli_proxy.gateway import Gateway, live_backends
 from tests.backends.echo import EchoBackend, EchoOptions
-from tests.conftest import ServeFactory, fake_settings
+from tests.conftest import FAKE_PY, ServeFactory, fake_settings
 
 ECHO_CLI = Path(__file__).resolve().parents[1] / "fakes" / "echo_cli.py"
 
@@ -32,8 +31,8 @@ def echo_registered() -> Iterator[None]:
 async def test_a_backend_registered_from_tests_serves_calls(
     echo_registered: None, serve: ServeFactory
 ) -> None:
-    settings = fake_settings(backends=["echo"], echo={"bin": f"{sys.executable} {ECHO_CLI}"})
-    assert settings.options_for("echo") == EchoOptions(bin=f"{sys.executable} {ECHO_CLI}")
+    settings = fake_settings(backends=["echo"], echo={"bin": f"{FAKE_PY} {ECHO_CLI}"})
+    assert settings.options_for("echo") == EchoOptions(bin=f"{FAKE_PY} {ECHO_CLI}")
     served = await serve(Gateway(settings, live_backends(settings)))
     models = await served.client.models.list()
     assert [m.id for m in models.data] == ["echo-1"]
@@ -75,7 +74,7 @@ async def test_a_registered_backend_is_limited_doctored_and_documented(
     from cli_proxy.run import limits
     from cli_proxy.server.openapi import document
 
-    bin_ = f"{sys.executable} {ECHO_CLI}"
+    bin_ = f"{FAKE_PY} {ECHO_CLI}"
     settings = fake_settings(backends=["echo"], echo={"bin": bin_, "max_concurrency": 2})
     bounds, _ = limits.from_settings(settings)
     assert bounds.cli_mib == EchoBackend.resident_mib and bounds.per_backend == {"echo": 2}

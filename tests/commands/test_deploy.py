@@ -31,7 +31,7 @@ import pytest
 from openai import AsyncOpenAI
 
 from cli_proxy.config import Settings
-from tests.conftest import CODEX_FAKE_CLI, FAKE_CLI, ServeFactory, fake
+from tests.conftest import CODEX_FAKE_CLI, FAKE_CLI, FAKE_PY, ServeFactory, fake
 
 ROOT = Path(__file__).resolve().parents[2]
 HAPROXY_CFG = ROOT / "docs" / "deploy" / "haproxy.cfg"
@@ -69,11 +69,11 @@ class Replica:
             str(self.port),
             "--log-json",
             "--claude-bin",
-            f"{sys.executable} {FAKE_CLI} claude",
+            f"{FAKE_PY} {FAKE_CLI} claude",
             "--gemini-bin",
-            f"{sys.executable} {FAKE_CLI} gemini",
+            f"{FAKE_PY} {FAKE_CLI} gemini",
             "--codex-bin",
-            f"{sys.executable} {CODEX_FAKE_CLI}",
+            f"{FAKE_PY} {CODEX_FAKE_CLI}",
             "--max-concurrency",
             "8",
             "--drain-timeout",

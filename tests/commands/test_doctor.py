@@ -17,16 +17,16 @@ import pytest
 
 from cli_proxy.backends.checks import login_state, npm_version, pinned_clis
 from cli_proxy.run.containment import BwrapLauncher
-from tests.conftest import CODEX_FAKE_CLI, FAKE_CLI
+from tests.conftest import CODEX_FAKE_CLI, FAKE_CLI, FAKE_PY
 
 ROOT = Path(__file__).resolve().parents[2]
 FAKES = [
     "--claude-bin",
-    f"{sys.executable} {FAKE_CLI} claude",
+    f"{FAKE_PY} {FAKE_CLI} claude",
     "--gemini-bin",
-    f"{sys.executable} {FAKE_CLI} gemini",
+    f"{FAKE_PY} {FAKE_CLI} gemini",
     "--codex-bin",
-    f"{sys.executable} {CODEX_FAKE_CLI}",
+    f"{FAKE_PY} {CODEX_FAKE_CLI}",
 ]
 SECRET = "sk-ant-doctor-must-never-print-this"
 

@@ -40,7 +40,7 @@ def main() -> None:
         os.replace(tmp, creds)
     with open(home / ".claude" / "uses.log", "a") as log:
         log.write(oauth["accessToken"] + "\n")
-    os.execv(sys.executable, [sys.executable, str(FAKE_CLI), *sys.argv[1:]])
+    os.execv(sys.executable, [sys.executable, "-S", str(FAKE_CLI), *sys.argv[1:]])
 
 
 if __name__ == "__main__":

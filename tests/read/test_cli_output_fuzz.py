@@ -13,7 +13,6 @@ from __future__ import annotations
 import base64
 import json
 import re
-import sys
 import time
 import zlib
 from collections.abc import Iterator
@@ -26,11 +25,12 @@ import requests
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
+from tests.conftest import FAKE_PY
 from tests.fakes.hostile_cli import encode
 from tests.server.test_openapi import LiveGateway
 
 HERE = Path(__file__).resolve().parents[1]
-HOSTILE = f"{sys.executable} {HERE / 'fakes' / 'hostile_cli.py'}"
+HOSTILE = f"{FAKE_PY} {HERE / 'fakes' / 'hostile_cli.py'}"
 REAL = HERE / "data" / "real-cli"
 MODELS = {"claude": "claude-sonnet-4-6", "gemini": "gemini-2.5-flash"}
 

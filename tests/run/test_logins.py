@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import sys
 import time
 from collections.abc import Callable
 from pathlib import Path
@@ -30,7 +29,7 @@ from cli_proxy.run.limits import Bounds
 from cli_proxy.run.logins import Login, LoginGate, file_key, read_json
 from cli_proxy.run.supervisor import Supervisor
 from cli_proxy.server.errors import api_error
-from tests.conftest import ServeFactory, fake
+from tests.conftest import FAKE_PY, ServeFactory, fake
 from tests.fakes.fake_token_api import codex_auth_json, jwt
 from tests.run.test_sealed_processes import LAUNCHERS
 
@@ -198,7 +197,7 @@ def refreshing_claude(home: Path, monkeypatch: pytest.MonkeyPatch, expires_in: f
     for name in ("CLAUDE_CODE_OAUTH_TOKEN", "ANTHROPIC_API_KEY", "CLAUDE_CONFIG_DIR"):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME", str(home))
-    return f"{sys.executable} {HERE / 'fakes' / 'refreshing_cli.py'} claude"
+    return f"{FAKE_PY} {HERE / 'fakes' / 'refreshing_cli.py'} claude"
 
 
 @pytest.mark.parametrize("launcher", LAUNCHERS)

@@ -25,7 +25,7 @@ import structlog
 from openai import AsyncOpenAI
 from openai.types.chat import ChatCompletion
 
-from tests.conftest import FAKE_CLI, Served, ServeFactory, fake
+from tests.conftest import FAKE_CLI, FAKE_PY, Served, ServeFactory, fake
 
 MODEL = "claude-sonnet-4-6"
 ROOT = Path(__file__).resolve().parents[2]
@@ -277,7 +277,7 @@ def _gateway_cmd(*extra: str) -> list[str]:
         "--backends",
         "claude",
         "--claude-bin",
-        f"{sys.executable} {FAKE_CLI} claude",
+        f"{FAKE_PY} {FAKE_CLI} claude",
         "--log-json",
         "--idle-timeout",
         "60",

@@ -113,9 +113,9 @@ def cli_commands(root: Path) -> Path:
     bindir = root / "bin"
     bindir.mkdir(exist_ok=True)
     for name, argv in (
-        ("claude", [sys.executable, str(FAKE_CLI), "claude"]),
-        ("gemini", [sys.executable, str(FAKE_CLI), "gemini"]),
-        ("codex", [sys.executable, str(CODEX_FAKE_CLI)]),
+        ("claude", [sys.executable, "-S", str(FAKE_CLI), "claude"]),
+        ("gemini", [sys.executable, "-S", str(FAKE_CLI), "gemini"]),
+        ("codex", [sys.executable, "-S", str(CODEX_FAKE_CLI)]),
     ):
         (bindir / name).write_text(f'#!/bin/sh\nexec {shlex.join(argv)} "$@"\n')
         (bindir / name).chmod(0o755)
