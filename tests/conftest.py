@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass
@@ -26,6 +27,12 @@ from cli_proxy.server.listener import GatewayRunner
 from cli_proxy.server.metrics import METRICS, Metrics
 
 pytest_plugins = ["pytester"]
+
+# LiteLLM fetches its model price list from GitHub on first import (three tries, ~8 s, when the
+# network is down); the suite's traffic stays on loopback, so it reads its bundled copy. Here,
+# not in one test module, so that any subset of the suite gets it (test_reasoning_output.py,
+# test_messages_wire.py and test_adk_agent.py import LiteLLM).
+os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")
 
 HERE = Path(__file__).resolve().parent
 FAKE_CLI = HERE / "fakes" / "fake_cli.py"

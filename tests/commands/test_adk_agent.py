@@ -9,7 +9,6 @@ Skipped when ``google-adk`` or ``litellm`` is not installed (both are dev depend
 from __future__ import annotations
 
 import json
-import os
 from typing import Any
 
 import pytest
@@ -19,7 +18,6 @@ from tests.plan.test_images import PNG
 
 pytestmark = pytest.mark.timeout(180)  # the first import of google.adk takes ~30 s here
 
-os.environ.setdefault("LITELLM_LOCAL_MODEL_COST_MAP", "True")  # no fetch of litellm's price list
 adk_agents = pytest.importorskip("google.adk.agents", reason="google-adk is not installed")
 lite_llm = pytest.importorskip("google.adk.models.lite_llm", reason="litellm is not installed")
 from google.adk.runners import InMemoryRunner  # noqa: E402

@@ -42,7 +42,9 @@ class Gateway:
     async def event(self, *names: str) -> dict[str, Any]:
         """The next log line whose event is one of ``names``."""
         assert self.proc.stderr is not None
-        async with asyncio.timeout(20):
+        # only a bound on a hang, as test_reliability's gateway_process has: on a loaded
+        # machine a gateway's start alone took over 20 s
+        async with asyncio.timeout(90):
             while True:
                 line = (await self.proc.stderr.readline()).decode()
                 assert line, "the gateway exited: " + "".join(self.lines[-5:])
