@@ -65,8 +65,9 @@ TEST_WORKERS ?= -n 3 --dist worksteal
 # side. Without npm or the registry the real-CLI tests skip, the rest still run.
 # PYTHONDONTWRITEBYTECODE= (empty: off): this machine's environment sets it, and the venv is
 # installed --no-compile, so every pytest worker and every Python subprocess compiled each
-# module it imported from source, again: collecting the suite cost 29.9 s of CPU a process
-# without .pyc files, 9.6 s with (docs/performance.md). Here the first import writes them.
+# module it imported from source, again: collecting the suite cost 25.4 s of CPU a process
+# without .pyc files, 10.3 s with; importing the gateway 2.0 s, 1.4 s (docs/performance.md,
+# the test suite's time). Here the first import writes them (into .venv and __pycache__/).
 test:
 	@$(MAKE) --no-print-directory -j 2 $(STAMP) test-tools
 	PYTHONDONTWRITEBYTECODE= CLI_PROXY_REAL_CLI_DIR=$(CURDIR)/$(CLI_DIR)/node_modules/.bin \
