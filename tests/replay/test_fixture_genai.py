@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from tests.replay.test_fixture_modes import live, run, tree
+from tests.replay.test_fixture_modes import records_then_replays
 
 TESTS = """
 import json
@@ -58,17 +58,4 @@ def test_stream(cli_proxy_genai_client):
 def test_genai_client_records_and_replays(
     pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    monkeypatch.setenv("PYTEST_DISABLE_PLUGIN_AUTOLOAD", "1")
-    pytester.makeini("[pytest]\ncli_proxy_fixtures = cli-fixtures\n")
-    pytester.makepyfile(test_agent=TESTS)
-    root = pytester.path / "cli-fixtures"
-    live(monkeypatch, True)
-    run(pytester, "--cli-proxy-record-mode=once").assert_outcomes(passed=2)
-    recorded = tree(root)
-    names = sorted(recorded)
-    assert sum(n.startswith("test_agent/test_weather_agent/") for n in names) == 6
-    assert {n.split("/")[-1].split("-")[0] for n in names} == {"claude", "gemini", "codex"}
-    live(monkeypatch, False)  # no CLI at all: everything is replayed
-    result = run(pytester)
-    result.assert_outcomes(passed=2)
-    assert tree(root) == recorded
+    records_then_replays(pytester, monkeypatch, TESTS)
