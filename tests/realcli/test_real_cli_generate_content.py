@@ -31,6 +31,7 @@ from tests.realcli.test_real_cli_messages import (
     Stack,
     answer_json,
     prompt_text,
+    run_client,
 )
 from tests.server.test_messages import PNG
 
@@ -164,27 +165,10 @@ async def gemini_cli(stack: Stack, model: str, prompt: str, *args: str) -> tuple
         "GEMINI_API_KEY": GATEWAY_KEY,
         "GEMINI_CLI_TRUST_WORKSPACE": "true",
     }
-    proc = await asyncio.create_subprocess_exec(
-        str(CLI_DIR / "gemini"),
-        "-p",
-        prompt.replace("SCRATCH", str(scratch)),
-        "-m",
-        model,
-        *args,
-        cwd=scratch,
-        env=env,
-        stdin=asyncio.subprocess.DEVNULL,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    argv = [str(CLI_DIR / "gemini"), "-p", prompt.replace("SCRATCH", str(scratch))]
+    return await run_client(
+        [*argv, "-m", model, *args], scratch, env, 200, stdin=asyncio.subprocess.DEVNULL
     )
-    try:
-        out, err = await asyncio.wait_for(proc.communicate(), 200)
-    finally:
-        if proc.returncode is None:
-            proc.kill()
-            await proc.wait()
-    assert proc.returncode == 0, (out.decode()[-2000:], err.decode()[-3000:])
-    return out.decode().strip(), err.decode()
 
 
 @pytest.mark.parametrize("model", [CLAUDE, CODEX])

@@ -270,26 +270,32 @@ async def claude_code(stack: Stack, model: str, prompt: str, *args: str) -> tupl
         "CLAUDE_CODE_MAX_RETRIES": "0",
         "DISABLE_TELEMETRY": "1",
     }
+    argv = [str(CLI_DIR / "claude"), "-p", prompt.replace("SCRATCH", str(scratch))]
+    out, _ = await run_client([*argv, "--model", model, *args], scratch, env, 150)
+    return out, scratch
+
+
+async def run_client(
+    argv: list[str], cwd: Path, env: dict[str, str], limit: float, stdin: int | None = None
+) -> tuple[str, str]:
+    """A real CLI as the gateway's client, to its end: its stdout (stripped) and stderr; a
+    non-zero exit fails the test with the ends of both, and a run past ``limit`` is killed."""
     proc = await asyncio.create_subprocess_exec(
-        str(CLI_DIR / "claude"),
-        "-p",
-        prompt.replace("SCRATCH", str(scratch)),
-        "--model",
-        model,
-        *args,
-        cwd=scratch,
+        *argv,
+        cwd=cwd,
         env=env,
+        stdin=stdin,
         stdout=asyncio.subprocess.PIPE,
         stderr=asyncio.subprocess.PIPE,
     )
     try:
-        out, err = await asyncio.wait_for(proc.communicate(), 150)
+        out, err = await asyncio.wait_for(proc.communicate(), limit)
     finally:
         if proc.returncode is None:
             proc.kill()
             await proc.wait()
-    assert proc.returncode == 0, (out.decode()[-2000:], err.decode()[-2000:])
-    return out.decode().strip(), scratch
+    assert proc.returncode == 0, (out.decode()[-2000:], err.decode()[-3000:])
+    return out.decode().strip(), err.decode()
 
 
 async def served_messages(stack: Stack) -> list[str]:
