@@ -186,8 +186,8 @@ def new_parser(backend: str) -> StreamParser:
 # ------------------------------------------------------------------ the suite's order
 # The slowest tests first (seconds: a quiet clean-clone `make test`, 2026-11-29), each
 # module kept whole so its module-scoped fixtures start once. Order only, never what runs: the
-# two xdist workers (worksteal) otherwise met a minute-long test near the end, one worker
-# busy while the other had nothing left to take (the run's tail). A test not listed keeps
+# xdist workers (worksteal) otherwise met a minute-long test near the end, one worker busy
+# while the others had nothing left to take (the run's tail). A test not listed keeps
 # its place after these, in collection order.
 SLOW_FIRST: dict[str, float] = {
     "tests/commands/test_deploy.py::test_rolling_restart_behind_haproxy_loses_no_call": 59,

@@ -18,7 +18,7 @@ import openai
 import pytest
 
 from tests.conftest import fake
-from tests.run.test_reliability import _gateway_cmd
+from tests.run.test_reliability import gateway_cmd
 
 ROOT = Path(__file__).resolve().parents[2]
 OLD, NEW = "sk-old-1234", "sk-new-5678"
@@ -27,7 +27,7 @@ OLD, NEW = "sk-old-1234", "sk-new-5678"
 def cmd(keys: Path, state: Path) -> list[str]:
     """``cli-proxy serve`` on the fake claude, as tests/run/test_reliability.py starts it,
     with a keys file and a state dir."""
-    return _gateway_cmd("--keys", str(keys), "--state-dir", str(state))
+    return gateway_cmd("--keys", str(keys), "--state-dir", str(state))
 
 
 def env() -> dict[str, str]:

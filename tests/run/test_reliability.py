@@ -266,7 +266,9 @@ async def test_server_shutdown_kills_running_clis(serve: ServeFactory) -> None:
     assert s.gateway.supervisor.running == 0
 
 
-def _gateway_cmd(*extra: str) -> list[str]:
+def gateway_cmd(*extra: str) -> list[str]:
+    """``cli-proxy serve`` as a process of its own on the fake claude, JSON logs on stderr;
+    tests/commands/test_keys_reload.py starts its gateways with it too."""
     return [
         sys.executable,
         "-m",
@@ -297,7 +299,7 @@ async def gateway_process(
     full["TMPDIR"] = scratch
     full.update(env or {})
     proc = await asyncio.create_subprocess_exec(
-        *_gateway_cmd(*extra), stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=full
+        *gateway_cmd(*extra), stderr=asyncio.subprocess.PIPE, cwd=ROOT, env=full
     )
     assert proc.stderr is not None
     try:
